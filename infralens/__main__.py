@@ -1,0 +1,5 @@
+"""Allow `python -m infralens`."""
+
+from infralens.cli import main
+
+main()

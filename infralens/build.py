@@ -1,0 +1,77 @@
+"""The build pipeline: load → validate → resolve excerpts → render → write."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from infralens.errors import InputError, Mark, Problem
+from infralens.load import Project, display_path, load_project
+from infralens.models import ResolvedLab
+from infralens.render import Page, Renderer
+from infralens.validate import resolve
+from infralens.write import Copy, write_site
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    """What a successful build made."""
+
+    labs: int
+    pages: int
+    files: int
+    seconds: float
+    out_dir: Path
+
+
+def build(site_path: Path, out_dir: Path) -> BuildSummary:
+    """Build the site described by site_path into out_dir, or raise InputError and touch nothing."""
+    started = time.perf_counter()
+    project = load_project(site_path)
+    check_out_dir(project.root, out_dir)
+    labs = resolve(project)
+    templates = theme_dir(project.root)
+    pages = render_pages(templates, project, labs)
+    copies = [Copy(project.root / path, path) for path in project.sources]
+    copies += [Copy(asset, f"static/{asset.name}") for asset in sorted((templates / "static").glob("*")) if asset.is_file()]
+    write_site(out_dir, pages, copies)
+    return BuildSummary(len(labs), len(pages), len(copies), time.perf_counter() - started, out_dir)
+
+
+DEFAULT_THEME = Path(__file__).resolve().parent.parent / "templates"
+"""The repository's own templates/, used by a site that has no templates/ of its own."""
+
+
+def theme_dir(root: Path) -> Path:
+    """Return the site's templates/ folder, or the default theme when it has none."""
+    own = root / "templates"
+    return own if own.is_dir() else DEFAULT_THEME
+
+
+def check_out_dir(root: Path, out_dir: Path) -> None:
+    """Refuse an output folder whose replacement would delete the project itself."""
+    out, project = out_dir.resolve(), root.resolve()
+    if project == out or project.is_relative_to(out) or any((out / name).exists() for name in ("site.yml", ".git", "pyproject.toml")):
+        raise InputError([Problem(Mark(str(out_dir)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
+
+
+def render_pages(templates: Path, project: Project, labs: tuple[ResolvedLab, ...]) -> list[Page]:
+    """Render every page, turning template mistakes into errors that name the template line."""
+    try:
+        return Renderer(templates).render_site(project.site, labs, project.sources)
+    except jinja2.TemplateSyntaxError as exc:
+        shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
+        raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None
+    except jinja2.TemplateNotFound as exc:
+        raise InputError([Problem(Mark(display_path(templates, project.root)), f"template not found: {exc.name}")]) from None
+    except jinja2.UndefinedError as exc:
+        frame = next(
+            (f for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename.endswith(".html")),
+            None,
+        )
+        mark = Mark(display_path(Path(frame.filename), project.root), frame.lineno or 1) if frame else Mark(display_path(templates, project.root))
+        raise InputError([Problem(mark, f"template error: {exc.message}")]) from None

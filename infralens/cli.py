@@ -1,0 +1,82 @@
+"""The command-line edge: turns InputError into `path:line:col: error: message` lines and exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from infralens import __version__
+from infralens.build import build as build_site
+from infralens.errors import InputError
+from infralens.load import load_project
+from infralens.models import RunResult
+from infralens.runner import run_all, runnable
+from infralens.schema import did_you_mean
+
+
+def report(exc: InputError) -> None:
+    """Print every problem, gcc style, then a count."""
+    for problem in exc.problems:
+        click.echo(str(problem), err=True)
+    count = len(exc.problems)
+    click.echo(f"{count} error{'s' if count != 1 else ''}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="infralens")
+def main() -> None:
+    """Build and check InfraLens: annotated, runnable code-reading labs."""
+
+
+@main.command()
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file; labs/, code/ and templates/ sit beside it.")
+@click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to write the site into; replaced as a whole only if the build succeeds.")
+def build(site_path: Path, out_dir: Path) -> None:
+    """Build the static site from site.yml, labs/ and code/."""
+    try:
+        summary = build_site(site_path, out_dir)
+    except InputError as exc:
+        report(exc)
+        sys.exit(1)
+    click.echo(
+        f"built {summary.labs} lab{'s' if summary.labs != 1 else ''}, {summary.pages} pages and "
+        f"{summary.files} files into {out_dir} in {summary.seconds:.2f} s"
+    )
+
+
+@main.command()
+@click.argument("lab_ids", nargs=-1)
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
+@click.option("--jobs", "-j", default=os.cpu_count() or 1, show_default="number of cores", type=click.IntRange(min=1), help="Starters to run at once.")
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int) -> None:
+    """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
+    try:
+        project = load_project(site_path)
+    except InputError as exc:
+        report(exc)
+        sys.exit(1)
+    known = [lab.id for lab in project.labs]
+    unknown = [lab_id for lab_id in lab_ids if lab_id not in known]
+    if unknown:
+        for lab_id in unknown:
+            click.echo(f"error: unknown lab {lab_id!r}{did_you_mean(lab_id, known)}", err=True)
+        sys.exit(2)
+    labs = tuple(lab for lab in project.labs if not lab_ids or lab.id in lab_ids)
+    pairs = runnable(labs)
+    width = max((len(starter.path) for _, starter in pairs), default=10)
+    lab_width = max((len(lab.id) for lab, _ in pairs), default=10)
+
+    def show(result: RunResult) -> None:
+        click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s")
+
+    results = run_all(pairs, project.root, jobs, on_result=show)
+    failed = [r for r in results if not r.passed]
+    for result in failed:
+        click.echo(f"\n{result.mark}: error: starter {result.starter} {result.reason}", err=True)
+        if result.output_tail:
+            click.echo("  | " + "\n  | ".join(result.output_tail.split("\n")), err=True)
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,56 @@
+"""The one error family: every problem carries the `path:line:col` it points at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Mark:
+    """A place in an input file; line and column are 1-based, as editors show them."""
+
+    path: str
+    line: int = 1
+    col: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, and where."""
+
+    mark: Mark
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.mark}: error: {self.message}"
+
+
+class InputError(Exception):
+    """The input cannot be built; carries every problem found, in file order."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = sorted(set(problems), key=lambda p: (p.mark, p.message))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class Problems:
+    """Collects problems so a stage can report all of them at once instead of the first."""
+
+    def __init__(self) -> None:
+        self._items: list[Problem] = []
+
+    def add(self, mark: Mark, message: str) -> None:
+        self._items.append(Problem(mark, message))
+
+    def extend(self, problems: list[Problem]) -> None:
+        self._items.extend(problems)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def raise_if_any(self) -> None:
+        if self._items:
+            raise InputError(self._items)

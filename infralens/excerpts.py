@@ -1,0 +1,192 @@
+"""Resolve stage: a lab's preview selector and key blocks + its starter's lines → an Excerpt.
+
+Pure: takes the highlighted SourceFile, returns an Excerpt or records problems that point at the
+manifest line. Never falls back to the whole file and never returns an empty excerpt.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from infralens.errors import Problems
+from infralens.manifest import parse_range
+from infralens.models import Excerpt, KeyBlock, KeyBlockSpec, Lab, Selector, SourceFile, SourceLine
+from infralens.schema import did_you_mean
+
+# Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
+_MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
+_HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def is_marker(text: str) -> bool:
+    """Say whether a line is a region marker, which pages never show."""
+    return _MARKER.match(text) is not None
+
+
+def select_lines(source: SourceFile, selector: Selector, problems: Problems) -> tuple[int, int] | None:
+    """Return the real (first, last) line numbers the selector names, or None with a problem added."""
+    select = {"region": _region, "symbol": _symbol, "lines": _line_range, "heading": _heading}[selector.kind]
+    found = select(source, selector.value)
+    if isinstance(found, str):
+        problems.add(selector.mark, found)
+        return None
+    return found
+
+
+def _region(source: SourceFile, name: str) -> tuple[int, int] | str:
+    stack: list[tuple[str, int]] = []
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
+    for line in source.lines:
+        match = _MARKER.match(line.text)
+        if not match:
+            continue
+        if match.group("end"):
+            if not stack:
+                return f"{source.path}:{line.number}: '# endregion' without a matching '# region'"
+            opened, start = stack.pop()
+            if opened == name:
+                spans.append((start + 1, line.number - 1))
+        else:
+            opened = (match.group("name") or "").strip()
+            stack.append((opened, line.number))
+            names.append(opened)
+    if stack:
+        opened, start = stack[-1]
+        return f"{source.path}:{start}: region {opened!r} is never closed with '# endregion'"
+    if not spans:
+        known = ", ".join(repr(n) for n in names) or "none"
+        return f"region {name!r} not found in {source.path} (regions there: {known})"
+    if len(spans) > 1:
+        return f"region {name!r} occurs {len(spans)} times in {source.path}; region names must be unique"
+    return spans[0]
+
+
+def _symbol(source: SourceFile, name: str) -> tuple[int, int] | str:
+    if not source.path.endswith(".py"):
+        return f"symbol selects Python code, but {source.path} is not a .py file"
+    try:
+        tree = ast.parse(source.text, filename=source.path)
+    except SyntaxError as exc:
+        return f"cannot parse {source.path}:{exc.lineno}: {exc.msg}"
+    scope: list[ast.stmt] = tree.body
+    node = None
+    for part in name.split("."):
+        node = next(
+            (n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part),
+            None,
+        )
+        if node is None:
+            defined = sorted(
+                n.name for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            )
+            return f"symbol {name!r} not found in {source.path}{did_you_mean(part, defined)}"
+        scope = node.body
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return first, node.end_lineno or node.lineno
+
+
+def _line_range(source: SourceFile, value: str) -> tuple[int, int] | str:
+    first, last = parse_range(value)  # the manifest stage already checked the shape
+    if last > len(source.lines):
+        return f"lines {first}-{last} are past the end of {source.path} ({len(source.lines)} lines)"
+    return first, last
+
+
+def _heading(source: SourceFile, title: str) -> tuple[int, int] | str:
+    headings: list[tuple[int, int, str]] = []  # (line, level, title)
+    fence: str | None = None
+    for line in source.lines:
+        fence_match = _FENCE.match(line.text)
+        if fence_match:
+            marker = fence_match.group(1)
+            if fence is None:
+                fence = marker
+            elif marker[0] == fence[0] and len(marker) >= len(fence):
+                fence = None
+            continue
+        if fence is None:
+            match = _HEADING.match(line.text)
+            if match:
+                headings.append((line.number, len(match.group("hashes")), match.group("title")))
+    hits = [h for h in headings if h[2] == title]
+    if not hits:
+        return f"heading {title!r} not found in {source.path}{did_you_mean(title, [h[2] for h in headings])}"
+    if len(hits) > 1:
+        return f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h[0]) for h in hits)})"
+    start, level, _ = hits[0]
+    end = next((n - 1 for n, lvl, _ in headings if n > start and lvl <= level), len(source.lines))
+    return start, end
+
+
+def cut_excerpt(source: SourceFile, first: int, last: int) -> tuple[SourceLine, ...]:
+    """Return lines first..last without marker lines and without blank lines at either end."""
+    lines = [line for line in source.lines[first - 1 : last] if not is_marker(line.text)]
+    while lines and not lines[0].text.strip():
+        lines.pop(0)
+    while lines and not lines[-1].text.strip():
+        lines.pop()
+    return tuple(lines)
+
+
+def slugify(name: str) -> str:
+    """Turn a key-block name into an id fragment: 'Setup / contract' → 'setup-contract'."""
+    slug = re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-")
+    return slug or "block"
+
+
+def bind_lines(lines: tuple[SourceLine, ...], spec: KeyBlockSpec, where: str) -> tuple[int, int] | str:
+    """Return the real (first, last) lines a key block names inside the excerpt, or why it can't."""
+    binding = spec.lines
+    shown = f"{where}:{lines[0].number}-{lines[-1].number}"
+    if binding.kind == "range":
+        numbers = {line.number for line in lines}
+        if binding.first < lines[0].number or binding.last > lines[-1].number:
+            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} are outside the excerpt ({shown})"
+        if binding.first not in numbers or binding.last not in numbers:
+            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} start or end on a hidden marker line"
+        return binding.first, binding.last
+    hits = [line for line in lines if binding.text in line.text]
+    if not hits:
+        return f"key block {spec.name!r}: text {binding.text!r} matches no line of the excerpt ({shown})"
+    if len(hits) > 1:
+        numbers = ", ".join(str(line.number) for line in hits)
+        return (
+            f"key block {spec.name!r}: text {binding.text!r} matches {len(hits)} lines of the excerpt "
+            f"(lines {numbers}); quote more of the line so it matches exactly one"
+        )
+    first = hits[0].number
+    if binding.kind == "text":
+        return first, first
+    end = next((line for line in lines if line.number >= first and binding.until in line.text), None)
+    if end is None:
+        return f"key block {spec.name!r}: 'to' text {binding.until!r} matches no line at or after line {first} of the excerpt ({shown})"
+    return first, end.number
+
+
+def resolve_excerpt(lab: Lab, source: SourceFile, problems: Problems) -> Excerpt | None:
+    """Cut the lab's preview from its starter and bind every key block to real lines."""
+    span = select_lines(source, lab.preview.selector, problems)
+    if span is None:
+        return None
+    lines = cut_excerpt(source, *span)
+    if not lines:
+        problems.add(lab.preview.selector.mark, f"{lab.preview.selector.kind} {lab.preview.selector.value!r} selects no code in {source.path}")
+        return None
+    blocks: list[KeyBlock] = []
+    slugs: set[str] = set()
+    for spec in lab.key_blocks:
+        bound = bind_lines(lines, spec, source.path)
+        if isinstance(bound, str):
+            problems.add(spec.mark, bound)
+            continue
+        base = slug = slugify(spec.name)
+        suffix = 1
+        while slug in slugs:  # 'a/b' and 'a b' both slugify to 'a-b'
+            suffix += 1
+            slug = f"{base}-{suffix}"
+        slugs.add(slug)
+        blocks.append(KeyBlock(spec.name, slug, spec.note, *bound, ordinal=len(blocks) + 1))
+    return Excerpt(source.path, lines, tuple(blocks))

@@ -1,0 +1,71 @@
+"""Highlight stage: starter text → per-line HTML, tokenized once per file.
+
+Excerpts and the source view are cut from the same highlighted lines, so a file is tokenized once
+per build, and the result is memoized by content hash across builds in one process (`serve`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from html import escape
+
+from pygments.lexer import Lexer
+from pygments.lexers import TextLexer, get_lexer_for_filename
+from pygments.token import STANDARD_TYPES, Token
+from pygments.util import ClassNotFound
+
+from infralens.models import SourceFile, SourceLine
+
+
+def lexer_for(path: str) -> Lexer:
+    """Pick a lexer by file name; unknown kinds are shown as plain text."""
+    options = {"stripnl": False, "stripall": False, "ensurenl": False, "tabsize": 0}
+    try:
+        return get_lexer_for_filename(path, **options)
+    except ClassNotFound:
+        return TextLexer(**options)
+
+
+def _css_class(token_type) -> str:
+    # Walk up the token hierarchy until Pygments knows a short class for it, as HtmlFormatter does.
+    while token_type not in STANDARD_TYPES:
+        token_type = token_type.parent
+    return STANDARD_TYPES[token_type]
+
+
+def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
+    """Return the HTML of each line of `text`, and the language name."""
+    lexer = lexer_for(path)
+    lines: list[str] = []
+    current: list[str] = []
+    for token_type, value in lexer.get_tokens(text):
+        css = _css_class(token_type) if token_type is not Token.Text else ""
+        pieces = value.split("\n")
+        for index, piece in enumerate(pieces):
+            if index:
+                lines.append("".join(current))
+                current = []
+            if piece:
+                current.append(f'<span class="{css}">{escape(piece)}</span>' if css else escape(piece))
+    lines.append("".join(current))
+    count = len(text.split("\n"))
+    return tuple(lines[:count]), lexer.name
+
+
+# Keyed by the lexer's choice input (the suffix) and the content, so an unchanged file is not
+# tokenized again while `serve` keeps the process alive.
+_highlight_cached = lru_cache(maxsize=512)(highlight_lines)
+
+
+def source_file(path: str, text: str) -> SourceFile:
+    """Highlight a starter once and return it as numbered lines."""
+    html_lines, language = _highlight_cached(path, text)
+    raw_lines = text.split("\n")
+    if raw_lines and raw_lines[-1] == "":
+        # A final newline ends the last line; it does not start another one.
+        raw_lines.pop()
+    lines = tuple(
+        SourceLine(number, raw, html_lines[number - 1] if number - 1 < len(html_lines) else escape(raw))
+        for number, raw in enumerate(raw_lines, start=1)
+    )
+    return SourceFile(path, text, lines, language)

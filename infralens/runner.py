@@ -1,0 +1,153 @@
+"""Runner: a lab's starters → RunResult values, each run in a scratch folder with a clean environment.
+
+`.py` starters run as scripts; `.md` starters run their fenced python blocks in order in one
+process. Every run is its own process group, killed whole at its timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from infralens.models import Lab, RunResult, Starter
+
+TAIL_LINES = 20
+_FENCE_OPEN = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
+
+# Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
+# caller's PYTHONPATH) is left out so a run depends only on the file and its arguments.
+_KEPT_ENV = ("PATH", "SYSTEMROOT", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def python_blocks(markdown: str) -> list[tuple[int, str]]:
+    """Return (first line number, code) of each fenced python block of a Markdown file."""
+    blocks: list[tuple[int, str]] = []
+    lines = markdown.split("\n")
+    index = 0
+    while index < len(lines):
+        match = _FENCE_OPEN.match(lines[index])
+        if not match:
+            index += 1
+            continue
+        fence = match.group("fence")
+        info = match.group("info").lower()
+        body: list[str] = []
+        start = index + 2  # 1-based number of the first code line
+        index += 1
+        while index < len(lines) and not re.match(rf"^\s{{0,3}}{fence[0]}{{{len(fence)},}}\s*$", lines[index]):
+            body.append(lines[index])
+            index += 1
+        index += 1
+        if info in ("python", "py", "python3"):
+            blocks.append((start, "\n".join(body)))
+    return blocks
+
+
+def markdown_program(path: Path) -> str:
+    """Write a Python program that runs a Markdown file's python blocks in order in one namespace.
+
+    Each block is compiled with the Markdown file's name and its real line numbers, so a traceback
+    points at the line of the .md file.
+    """
+    blocks = python_blocks(path.read_text(encoding="utf-8"))
+    return (
+        "import sys\n"
+        f"_blocks = {blocks!r}\n"
+        f"_path = {str(path)!r}\n"
+        "_namespace = {'__name__': '__main__', '__file__': _path}\n"
+        "if not _blocks:\n"
+        "    sys.exit(f'{_path}: no python blocks to run')\n"
+        "for _line, _code in _blocks:\n"
+        "    exec(compile('\\n' * (_line - 1) + _code, _path, 'exec'), _namespace)\n"
+    )
+
+
+def clean_env(home: str) -> dict[str, str]:
+    """Return the small, fixed environment starters run with."""
+    env = {key: os.environ[key] for key in _KEPT_ENV if key in os.environ}
+    env.update(
+        HOME=home,
+        LANG="C.UTF-8",
+        LC_ALL="C.UTF-8",
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONIOENCODING="utf-8",
+    )
+    return env
+
+
+def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
+    """Run one starter and say whether it passed: exit 0 within the timeout, every expect found."""
+    assert starter.run is not None
+    source = (root / starter.path).resolve()
+    with tempfile.TemporaryDirectory(prefix="infralens-run-") as scratch:
+        if source.suffix == ".md":
+            program = Path(scratch, "_run_markdown.py")
+            program.write_text(markdown_program(source), encoding="utf-8")
+            command = [sys.executable, str(program), *starter.run.args]
+        else:
+            command = [sys.executable, str(source), *starter.run.args]
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command,
+            cwd=scratch,
+            env=clean_env(scratch),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a timeout kills its children too
+        )
+        try:
+            output, _ = process.communicate(timeout=starter.run.timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            output, _ = process.communicate()
+            timed_out = True
+        finally:
+            kill_group(process)  # children left behind by a starter that exited still go
+        seconds = time.perf_counter() - started
+    text = output.decode("utf-8", errors="replace")
+    tail = "\n".join(text.rstrip("\n").split("\n")[-TAIL_LINES:])
+    if timed_out:
+        status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
+    elif process.returncode != 0:
+        status, reason = "failed", f"exited with status {process.returncode}"
+    else:
+        missing = [pattern for pattern in starter.run.expect if not re.search(pattern, text, re.MULTILINE)]
+        status, reason = ("failed", f"output does not match expect {missing[0]!r}") if missing else ("passed", "")
+    return RunResult(lab.id, starter.path, status, seconds, None if timed_out else process.returncode, tail, reason, starter.mark)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill the process group a starter runs in, if any of it is still alive."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def runnable(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter]]:
+    """List every (lab, starter) pair that has a run spec, in lab order."""
+    return [(lab, starter) for lab in labs for starter in lab.starters if starter.run is not None]
+
+
+def run_all(pairs: list[tuple[Lab, Starter]], root: Path, jobs: int, on_result=None) -> list[RunResult]:
+    """Run starters on `jobs` workers; return results in the order given."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_starter, lab, starter, root) for lab, starter in pairs]
+        results = []
+        for future in futures:
+            result = future.result()
+            if on_result:
+                on_result(result)
+            results.append(result)
+    return results

@@ -1,0 +1,418 @@
+"""Declarative schema: validate a composed YAML node tree and build frozen models from it.
+
+Input: `yaml.Node` trees (with their marks). Output: model values, or problems collected in a
+`Problems` list. The same declaration is meant to produce the editors' JSON Schema, so every field
+carries its documentation here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import yaml
+
+from infralens.errors import Mark, Problems
+
+INVALID: Any = object()
+"""Returned by a spec whose node had a problem; the problem is already recorded."""
+
+
+@dataclass
+class Context:
+    """Where the nodes came from and where their problems go."""
+
+    path: str
+    problems: Problems
+
+    def mark(self, node: yaml.Node) -> Mark:
+        return Mark(self.path, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def error(self, node: yaml.Node, message: str) -> Any:
+        self.problems.add(self.mark(node), message)
+        return INVALID
+
+
+_scalar_constructor = yaml.constructor.SafeConstructor()
+
+
+def scalar_value(node: yaml.ScalarNode) -> Any:
+    """Return the Python value YAML's safe rules give a scalar node."""
+    return _scalar_constructor.construct_object(node, deep=True)
+
+
+def describe(node: yaml.Node) -> str:
+    """Name a node's type the way a contributor thinks of it."""
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    value = scalar_value(node)
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({node.value})"
+    if isinstance(value, int):
+        return f"an integer ({node.value})"
+    if isinstance(value, float):
+        return f"a number ({node.value})"
+    if isinstance(value, str):
+        return "a string"
+    return f"a {type(value).__name__}"
+
+
+class Spec:
+    """A type in the schema."""
+
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    def json_schema(self) -> dict:
+        raise NotImplementedError
+
+
+@dataclass
+class Text(Spec):
+    """A non-empty string; numbers are accepted and turned into text only when `numbers` is set."""
+
+    doc: str = ""
+    pattern: str | None = None
+    pattern_hint: str = ""
+    numbers: bool = False
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            return ctx.error(node, f"expected a string, got {describe(node)}")
+        value = scalar_value(node)
+        if self.numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = node.value
+        if not isinstance(value, str):
+            return ctx.error(node, f"expected a string, got {describe(node)}")
+        value = value.strip()
+        if not value:
+            return ctx.error(node, "expected a non-empty string")
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            return ctx.error(node, f"{value!r} is not {self.pattern_hint or 'valid'}")
+        return value
+
+    def json_schema(self) -> dict:
+        schema: dict = {"type": "string", "minLength": 1}
+        if self.numbers:
+            schema = {"type": ["string", "number"]}
+        if self.pattern:
+            schema["pattern"] = f"^(?:{self.pattern})$"
+        return _with_doc(schema, self.doc)
+
+
+@dataclass
+class Url(Spec):
+    """An absolute http(s) URL."""
+
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = Text().check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
+            return ctx.error(node, f"{value!r} is not an http(s) URL")
+        return value
+
+    def json_schema(self) -> dict:
+        return _with_doc({"type": "string", "pattern": "^https?://[^\\s/]+"}, self.doc)
+
+
+@dataclass
+class Integer(Spec):
+    """An integer, at least `minimum`."""
+
+    doc: str = ""
+    minimum: int | None = None
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = scalar_value(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            return ctx.error(node, f"expected an integer, got {describe(node)}")
+        if self.minimum is not None and value < self.minimum:
+            return ctx.error(node, f"expected an integer >= {self.minimum}, got {value}")
+        return value
+
+    def json_schema(self) -> dict:
+        schema: dict = {"type": "integer"}
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        return _with_doc(schema, self.doc)
+
+
+@dataclass
+class Number(Spec):
+    """A positive number (seconds, say)."""
+
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = scalar_value(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return ctx.error(node, f"expected a number, got {describe(node)}")
+        if value <= 0:
+            return ctx.error(node, f"expected a number > 0, got {node.value}")
+        return float(value)
+
+    def json_schema(self) -> dict:
+        return _with_doc({"type": "number", "exclusiveMinimum": 0}, self.doc)
+
+
+@dataclass
+class Choice(Spec):
+    """One of a fixed set of strings."""
+
+    values: tuple[str, ...]
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = Text().check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        if value not in self.values:
+            return ctx.error(node, f"{value!r} is not one of: {', '.join(self.values)}{did_you_mean(value, self.values)}")
+        return value
+
+    def json_schema(self) -> dict:
+        return _with_doc({"enum": list(self.values)}, self.doc)
+
+
+@dataclass
+class Regex(Spec):
+    """A Python regular expression."""
+
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = Text(numbers=True).check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        try:
+            re.compile(value)
+        except re.error as exc:
+            return ctx.error(node, f"invalid regular expression {value!r}: {exc}")
+        return value
+
+    def json_schema(self) -> dict:
+        return _with_doc({"type": "string", "format": "regex"}, self.doc)
+
+
+@dataclass
+class ListOf(Spec):
+    """A list of items of one spec, with at least `min_items` items."""
+
+    item: Spec
+    doc: str = ""
+    min_items: int = 0
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if not isinstance(node, yaml.SequenceNode):
+            return ctx.error(node, f"expected a list, got {describe(node)}")
+        if len(node.value) < self.min_items:
+            noun = "item" if self.min_items == 1 else "items"
+            return ctx.error(node, f"expected at least {self.min_items} {noun}, got {len(node.value)}")
+        values = [self.item.check(child, ctx) for child in node.value]
+        if any(v is INVALID for v in values):
+            return INVALID
+        return tuple(values)
+
+    def json_schema(self) -> dict:
+        schema: dict = {"type": "array", "items": self.item.json_schema()}
+        if self.min_items:
+            schema["minItems"] = self.min_items
+        return _with_doc(schema, self.doc)
+
+
+@dataclass
+class Field:
+    """One key of a record."""
+
+    spec: Spec
+    required: bool = False
+    default: Any = None
+
+
+@dataclass
+class Fields:
+    """What a record's builder receives: the checked values and the mark of each."""
+
+    values: dict[str, Any]
+    marks: dict[str, Mark]
+    mark: Mark
+    nodes: dict[str, yaml.Node]
+
+
+@dataclass
+class Record(Spec):
+    """A mapping with declared keys, built into a model by `build`.
+
+    `exclusive` lists groups of keys of which exactly one must be present.
+    """
+
+    name: str
+    fields: dict[str, Field]
+    build: Callable[[Fields, Context], Any]
+    doc: str = ""
+    exclusive: tuple[tuple[str, ...], ...] = ()
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if not isinstance(node, yaml.MappingNode):
+            return ctx.error(node, f"expected {self.name} (a mapping), got {describe(node)}")
+        values: dict[str, Any] = {}
+        marks: dict[str, Mark] = {}
+        nodes: dict[str, yaml.Node] = {}
+        ok = True
+        suggested: set[str] = set()
+        for key_node, value_node in node.value:
+            key = scalar_value(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                ctx.error(key_node, f"keys of {self.name} must be strings")
+                ok = False
+                continue
+            if key in nodes:
+                ctx.error(key_node, f"duplicate key {key!r} in {self.name}")
+                ok = False
+                continue
+            spec_field = self.fields.get(key)
+            if spec_field is None:
+                guess = closest(key, self.fields)
+                hint = f" (did you mean {guess!r}?)" if guess else ""
+                suggested.add(guess or "")
+                ctx.error(key_node, f"unknown key {key!r} in {self.name}{hint}")
+                ok = False
+                continue
+            nodes[key] = value_node
+            marks[key] = ctx.mark(value_node)
+            value = spec_field.spec.check(value_node, ctx)
+            ok = ok and value is not INVALID
+            values[key] = value
+        for key, spec_field in self.fields.items():
+            if key in nodes:
+                continue
+            if spec_field.required and not self._excused(key, nodes):
+                if key not in suggested:  # a misspelt key already said "did you mean" this one
+                    ctx.error(node, f"missing required key {key!r} in {self.name}")
+                ok = False
+            else:
+                values[key] = spec_field.default
+        for group in self.exclusive:
+            present = [key for key in group if key in nodes]
+            if len(present) != 1:
+                keys = ", ".join(repr(k) for k in group)
+                where = nodes[present[1]] if len(present) > 1 else node
+                ctx.error(where, f"{self.name} needs exactly one of {keys}, got {len(present)}")
+                ok = False
+        if not ok:
+            return INVALID
+        return self.build(Fields(values, marks, ctx.mark(node), nodes), ctx)
+
+    def _excused(self, key: str, present: dict[str, yaml.Node]) -> bool:
+        # A key of an exclusive group is "required" only as the group is; the group check reports it.
+        return any(key in group for group in self.exclusive)
+
+    def json_schema(self) -> dict:
+        schema: dict = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {key: f.spec.json_schema() for key, f in self.fields.items()},
+        }
+        required = [key for key, f in self.fields.items() if f.required]
+        if required:
+            schema["required"] = required
+        if self.exclusive:
+            schema["allOf"] = [
+                {"oneOf": [{"required": [key]} for key in group]} for group in self.exclusive
+            ]
+        return _with_doc(schema, self.doc)
+
+
+@dataclass
+class Either(Spec):
+    """Chooses a spec by the node's shape: a scalar, a mapping or a list."""
+
+    scalar: Spec | None = None
+    mapping: Spec | None = None
+    sequence: Spec | None = None
+    doc: str = ""
+    expected: str = "a valid value"
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            spec = self.mapping
+        elif isinstance(node, yaml.SequenceNode):
+            spec = self.sequence
+        else:
+            spec = self.scalar
+        if spec is None:
+            return ctx.error(node, f"expected {self.expected}, got {describe(node)}")
+        return spec.check(node, ctx)
+
+    def json_schema(self) -> dict:
+        options = [s.json_schema() for s in (self.scalar, self.mapping, self.sequence) if s is not None]
+        return _with_doc({"anyOf": options}, self.doc)
+
+
+@dataclass
+class Literal(Spec):
+    """Exactly one YAML scalar value, such as `false`."""
+
+    value: Any
+    doc: str = ""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if isinstance(node, yaml.ScalarNode) and scalar_value(node) == self.value and type(scalar_value(node)) is type(self.value):
+            return self.value
+        return ctx.error(node, f"expected {yaml.safe_dump(self.value).splitlines()[0]}, got {describe(node)}")
+
+    def json_schema(self) -> dict:
+        return _with_doc({"const": self.value}, self.doc)
+
+
+def closest(word: str, choices: Any) -> str | None:
+    """Return the choice closest to `word`, if any is close enough to be a likely typo."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """Return a ` (did you mean 'x'?)` suffix when a choice is close to `word`."""
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def _with_doc(schema: dict, doc: str) -> dict:
+    if doc:
+        schema["description"] = doc
+    return schema
+
+
+def compose(text: str, ctx: Context) -> yaml.Node | None:
+    """Parse YAML text into a node tree, reporting a syntax error at its mark."""
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        node = yaml.compose(text, Loader=loader_class)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        message = f"YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}"
+        if exc.problem and exc.context and exc.context_mark and exc.context_mark.line + 1 != line:
+            # libyaml notices a problem where parsing fails, often a line after the cause.
+            message += f" ({exc.context} that starts at line {exc.context_mark.line + 1})"
+        ctx.problems.add(Mark(ctx.path, line, col), message)
+        return None
+    except yaml.YAMLError as exc:
+        ctx.problems.add(Mark(ctx.path), f"YAML syntax error: {exc}")
+        return None
+    if node is None:
+        ctx.problems.add(Mark(ctx.path), "file is empty")
+    return node

@@ -1,0 +1,56 @@
+"""Shared fixtures and the --update-golden flag."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="Rewrite tests/golden/ from the current build instead of comparing; review with git diff.",
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return request.config.getoption("--update-golden")
+
+
+def run_infralens(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line, as a user would, and capture what it prints."""
+    return subprocess.run(
+        [sys.executable, "-m", "infralens", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def sample_site(tmp_path: Path) -> Path:
+    """A private copy of tests/sites/sample to build and break."""
+    target = tmp_path / "site"
+    shutil.copytree(TESTS / "sites" / "sample", target, symlinks=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's own site, built once into a temporary folder; returns that folder."""
+    out = tmp_path_factory.mktemp("real") / "output"
+    result = run_infralens("build", "--out", str(out), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    return out

@@ -1,0 +1,155 @@
+"""The real `infralens` command on tmp_path: build, check, help, and what they refuse."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_infralens
+
+
+def test_build_prints_one_summary_line_and_writes_pages(sample_site: Path) -> None:
+    result = run_infralens("build", cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"built 2 labs, 5 pages and 3 files into output in \d+\.\d\d s\n", result.stdout)
+    out = sample_site / "output"
+    for page in (
+        "index.html",
+        "labs/lab-01-sample/index.html",
+        "labs/lab-02-notes/index.html",
+        "code/lab-01-sample/kv.py.html",
+        "code/lab-01-sample/kv.py",
+        "static/infralens.css",
+    ):
+        assert (out / page).is_file(), page
+    assert (out / "code/lab-01-sample/kv.py").read_bytes() == (sample_site / "code/lab-01-sample/kv.py").read_bytes()
+
+
+def test_raw_html_in_a_manifest_is_shown_as_text(sample_site: Path) -> None:
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = (sample_site / "output/labs/lab-01-sample/index.html").read_text()
+    assert "<script" not in page
+    assert "Raw HTML stays text: &lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_rebuild_replaces_output_without_leftovers(sample_site: Path) -> None:
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    (sample_site / "output/stale.html").write_text("old")
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert not (sample_site / "output/stale.html").exists()
+    assert [p.name for p in sample_site.iterdir() if p.name.startswith(".output")] == []
+
+
+def test_build_refuses_to_replace_the_project(sample_site: Path) -> None:
+    result = run_infralens("build", "--out", ".", cwd=sample_site)
+    assert result.returncode == 1
+    assert "error: refusing to replace this folder" in result.stderr
+    assert (sample_site / "site.yml").exists()
+
+
+def test_missing_site_file_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    result = run_infralens("build", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("site.yml:1:1: error: file not found: site.yml\n")
+    assert "Traceback" not in result.stderr
+
+
+def test_check_runs_every_starter_and_reports_rows(sample_site: Path) -> None:
+    result = run_infralens("check", cwd=sample_site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"lab-01-sample\s+code/lab-01-sample/kv\.py\s+passed\s+\d+\.\d\d s", lines[0])
+    assert re.fullmatch(r"lab-02-notes\s+code/lab-02-notes/notes\.md\s+passed\s+\d+\.\d\d s", lines[1])
+    assert lines[-1] == "2 passed, 0 failed"
+
+
+def test_check_selects_labs_and_rejects_unknown_ids(sample_site: Path) -> None:
+    result = run_infralens("check", "lab-02-notes", cwd=sample_site)
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    result = run_infralens("check", "lab-02-note", cwd=sample_site)
+    assert result.returncode == 2
+    assert result.stderr == "error: unknown lab 'lab-02-note' (did you mean 'lab-02-notes'?)\n"
+
+
+def test_check_fails_on_an_unmet_expectation_and_names_the_manifest_line(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("kv bytes per token: 524,288", "kv bytes per token: 1,024"))
+    result = run_infralens("check", cwd=sample_site)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == "1 passed, 1 failed"
+    assert "labs/lab-01-sample.yml:10:11: error: starter code/lab-01-sample/kv.py output does not match expect 'kv bytes per token: 1,024'" in result.stderr
+    assert "  | kv bytes per token: 524,288" in result.stderr
+
+
+def test_check_reports_a_crash_with_the_tail_of_its_output(sample_site: Path) -> None:
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text() + "\nraise SystemExit('broken on purpose')\n")
+    result = run_infralens("check", cwd=sample_site)
+    assert result.returncode == 1
+    assert "error: starter code/lab-01-sample/kv.py exited with status 1" in result.stderr
+    assert "  | broken on purpose" in result.stderr
+
+
+def test_markdown_starter_traceback_points_at_the_markdown_line(sample_site: Path) -> None:
+    notes = sample_site / "code/lab-02-notes/notes.md"
+    notes.write_text(notes.read_text().replace('print("total:", sum(rows))', "print(undefined_name)"))
+    result = run_infralens("check", "lab-02-notes", cwd=sample_site)
+    assert result.returncode == 1
+    assert re.search(r'File ".*notes\.md", line 17, in <module>', result.stderr)
+    assert "NameError: name 'undefined_name' is not defined" in result.stderr
+
+
+def test_starter_runs_in_a_scratch_folder_with_a_clean_environment(sample_site: Path) -> None:
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(
+        "import os\n"
+        "print('cwd', os.getcwd())\n"
+        "print('secret', os.environ.get('INFRALENS_TEST_SECRET'))\n"
+        "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
+    )
+    # The expectation fails on purpose, so the output tail is printed for us to read.
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site, env={"INFRALENS_TEST_SECRET": "leaked"})
+    assert result.returncode == 1
+    assert "  | secret None" in result.stderr
+    cwd = Path(re.search(r"  \| cwd (.*)", result.stderr).group(1))
+    assert cwd.name.startswith("infralens-run-")
+    assert not cwd.exists(), "the scratch folder should be removed after the run"
+
+
+def test_hanging_starter_is_killed_at_its_timeout_with_its_children(sample_site: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "child-still-alive"
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    child = tmp_path / "child.py"
+    # A child that writes the marker after 4 s unless the starter's whole process group is killed.
+    child.write_text(f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    starter.write_text(
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, {str(child)!r}])\n"
+        "print('hanging now', flush=True)\n"
+        "time.sleep(600)\n"
+        "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
+    )
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("run: {args: [--layers, 32],", "run: {timeout: 1.5, args: [--layers, 32],"))
+    started = time.monotonic()
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert re.search(r"lab-01-sample\s+code/lab-01-sample/kv\.py\s+timeout\s+1\.\d\d s", result.stdout)
+    assert "error: starter code/lab-01-sample/kv.py killed after 1.5 s timeout" in result.stderr
+    assert "  | hanging now" in result.stderr
+    assert elapsed < 30
+    time.sleep(4)
+    assert not marker.exists(), "the starter's child outlived the timeout"
+
+
+@pytest.mark.parametrize("command", [[], ["build"], ["check"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = run_infralens(*command, "--help", cwd=REPO)
+    assert result.returncode == 0
+    assert "Usage:" in result.stdout
+    assert len(result.stdout.splitlines()) > 3

@@ -1,0 +1,142 @@
+"""Excerpt selection and line binding, on small in-memory starters."""
+
+from __future__ import annotations
+
+import pytest
+
+from infralens.errors import Mark, Problems
+from infralens.excerpts import bind_lines, cut_excerpt, select_lines, slugify
+from infralens.highlight import source_file
+from infralens.models import KeyBlockSpec, LineBinding, Selector
+
+PY = '''import functools
+
+
+# region setup
+SIZE = 4
+# endregion
+
+
+@functools.cache
+@staticmethod
+def area(w, h):
+    # region inner
+    total = w * h
+    # endregion
+    return total
+
+
+class Cache:
+    def append(self, k, v):
+        self.k = k
+        self.v = v
+'''
+
+MD = """# Title
+
+## Chunking
+
+Text with a fenced block:
+
+```python
+# not a heading
+x = 1
+```
+
+### Detail
+
+More.
+
+## Next
+
+End.
+"""
+
+
+def select(text: str, path: str, kind: str, value: str):
+    problems = Problems()
+    found = select_lines(source_file(path, text), Selector(kind, value, Mark("lab.yml", 3, 5)), problems)
+    return found, [str(p) for p in problems._items]
+
+
+def test_region_is_the_lines_between_its_markers() -> None:
+    assert select(PY, "s.py", "region", "setup") == ((5, 5), [])
+    assert select(PY, "s.py", "region", "inner") == ((13, 13), [])
+
+
+def test_missing_region_lists_the_regions_there() -> None:
+    found, problems = select(PY, "s.py", "region", "tear-down")
+    assert found is None
+    assert problems == ["lab.yml:3:5: error: region 'tear-down' not found in s.py (regions there: 'setup', 'inner')"]
+
+
+def test_unclosed_region_is_an_error() -> None:
+    found, problems = select("# region a\nx = 1\n", "s.py", "region", "a")
+    assert problems == ["lab.yml:3:5: error: s.py:1: region 'a' is never closed with '# endregion'"]
+
+
+def test_symbol_includes_decorators_and_nested_markers_are_hidden() -> None:
+    found, _ = select(PY, "s.py", "symbol", "area")
+    assert found == (9, 15)
+    lines = cut_excerpt(source_file("s.py", PY), *found)
+    assert [line.number for line in lines] == [9, 10, 11, 13, 15]
+
+
+def test_dotted_symbol_selects_a_method() -> None:
+    assert select(PY, "s.py", "symbol", "Cache.append") == ((19, 21), [])
+
+
+def test_unknown_symbol_suggests_a_close_name() -> None:
+    assert select(PY, "s.py", "symbol", "areas")[1] == ["lab.yml:3:5: error: symbol 'areas' not found in s.py (did you mean 'area'?)"]
+
+
+def test_line_range_past_the_end_is_an_error() -> None:
+    assert select(PY, "s.py", "lines", "19-21") == ((19, 21), [])
+    assert select(PY, "s.py", "lines", "20-22")[1] == ["lab.yml:3:5: error: lines 20-22 are past the end of s.py (21 lines)"]
+
+
+def test_heading_section_stops_at_the_next_heading_of_the_same_level() -> None:
+    assert select(MD, "n.md", "heading", "Chunking") == ((3, 15), [])
+    assert select(MD, "n.md", "heading", "Detail") == ((12, 15), [])
+
+
+def test_a_hash_line_inside_a_code_fence_is_not_a_heading() -> None:
+    assert select(MD, "n.md", "heading", "not a heading")[1] == ["lab.yml:3:5: error: heading 'not a heading' not found in n.md"]
+
+
+def bind(lines, binding: LineBinding):
+    return bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12)), "s.py")
+
+
+def test_binding_by_text_span_and_range() -> None:
+    lines = cut_excerpt(source_file("s.py", PY), 9, 15)
+    assert bind(lines, LineBinding("text", text="total = w")) == (13, 13)
+    assert bind(lines, LineBinding("span", text="def area", until="return")) == (11, 15)
+    assert bind(lines, LineBinding("range", first=11, last=13)) == (11, 13)
+
+
+@pytest.mark.parametrize(
+    "binding, message",
+    [
+        (LineBinding("text", text="total"), "key block 'kb': text 'total' matches 2 lines of the excerpt (lines 13, 15); quote more of the line so it matches exactly one"),
+        (LineBinding("text", text="SIZE"), "key block 'kb': text 'SIZE' matches no line of the excerpt (s.py:9-15)"),
+        (LineBinding("range", first=5, last=9), "key block 'kb': lines 5-9 are outside the excerpt (s.py:9-15)"),
+        (LineBinding("range", first=12, last=13), "key block 'kb': lines 12-13 start or end on a hidden marker line"),
+        (LineBinding("span", text="def area", until="yield"), "key block 'kb': 'to' text 'yield' matches no line at or after line 11 of the excerpt (s.py:9-15)"),
+    ],
+)
+def test_binding_errors_say_what_went_wrong(binding: LineBinding, message: str) -> None:
+    lines = cut_excerpt(source_file("s.py", PY), 9, 15)
+    assert bind(lines, binding) == message
+
+
+def test_slugs_are_stable_fragment_ids() -> None:
+    assert slugify("Setup / contract") == "setup-contract"
+    assert slugify("param_bytes / grad_bytes") == "param_bytes-grad_bytes"
+    assert slugify("???") == "block"
+
+
+def test_highlighting_keeps_one_html_line_per_file_line() -> None:
+    source = source_file("s.py", 'x = """a\nb"""\n\n')
+    assert [line.text for line in source.lines] == ['x = """a', 'b"""', ""]
+    assert all("\n" not in line.html for line in source.lines)

@@ -1,0 +1,43 @@
+"""One folder per invalid input under tests/invalid/: the build must print exactly expected.txt."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTS, run_infralens
+
+CASES = sorted(p for p in (TESTS / "invalid").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_invalid_input_reports_exact_error(case: Path, tmp_path: Path) -> None:
+    result = run_infralens("build", "--out", str(tmp_path / "output"), cwd=case)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr == (case / "expected.txt").read_text()
+    assert not (tmp_path / "output").exists()
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("case", ["missing-region", "yaml-syntax-error"])
+def test_failed_build_leaves_previous_output_byte_identical(case: str, sample_site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    assert run_infralens("build", "--out", str(out), cwd=sample_site).returncode == 0
+    (out / "extra.txt").write_text("left by the user")
+    before = tree_digest(out)
+    broken = TESTS / "invalid" / case
+    result = run_infralens("build", "--site", str(broken / "site.yml"), "--out", str(out), cwd=sample_site)
+    assert result.returncode == 1
+    assert tree_digest(out) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["output", "site"]  # no staging folder left

@@ -1,0 +1,98 @@
+"""The real site's pages: every section of the lab anatomy in order, excerpts true to their files."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from infralens.load import load_project
+from infralens.models import SECTIONS
+
+PROJECT = load_project(REPO / "site.yml")
+LABS = PROJECT.labs
+
+
+def visible_text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def code_lines(page: str) -> list[tuple[int, str]]:
+    """(line number, text) of every row of every listing on a page."""
+    rows = re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*>.*?<span class="lc">(.*?)</span>\n</span>', page, re.S)
+    return [(int(number), visible_text(body)) for number, body in rows]
+
+
+def test_the_site_has_labs_01_and_10() -> None:
+    assert {lab.id for lab in LABS} >= {"lab-01-transformer-memory", "lab-10-memory-optimization-reading"}
+
+
+def test_index_lists_every_lab_under_its_track(real_site: Path) -> None:
+    index = (real_site / "index.html").read_text()
+    for lab in LABS:
+        assert f'href="labs/{lab.id}/index.html"' in index
+    track_order = [t.title for t in PROJECT.site.tracks if any(lab.track == t.id for lab in LABS)]
+    headings = [html.unescape(h) for h in re.findall(r'<h2 id="track-[^"]+">([^<]+)</h2>', index)]
+    assert headings == track_order
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
+    page = (real_site / "labs" / lab.id / "index.html").read_text()
+    assert f"Lab {lab.number:02d}" in page
+    assert f"<h1>{html.escape(lab.title)}</h1>" in page
+    ids = re.findall(r'<section class="section [^"]+" id="([^"]+)"', page)
+    assert ids == [sid.replace("_", "-") for sid, _, _ in SECTIONS]
+    eyebrows = re.findall(r'<p class="eyebrow">([^<]+)</p>\s*<h2 id="[^"]+-title">([^<]+)</h2>', page)
+    assert [e for e, _ in eyebrows] == [eyebrow for _, eyebrow, _ in SECTIONS]
+    assert [html.unescape(t) for _, t in eyebrows] == [lab.section_title(sid) for sid, _, _ in SECTIONS]
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site: Path) -> None:
+    page = (real_site / "labs" / lab.id / "index.html").read_text()
+    file_lines = (REPO / lab.preview.starter).read_text().split("\n")
+    shown = code_lines(page)
+    assert len(shown) >= 3
+    for number, text in shown:
+        assert text == file_lines[number - 1], f"line {number}"
+        assert "region" not in text.split("#")[-1] or "endregion" not in text  # markers are hidden
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) -> None:
+    page = (real_site / "labs" / lab.id / "index.html").read_text()
+    for spec in lab.key_blocks:
+        match = re.search(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#L(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
+        assert match, spec.name
+    notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<a href="#L(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
+    assert len(notes) == len(lab.key_blocks)
+    marked = {int(n): kb.split() for n, kb in re.findall(r'id="L(\d+)" data-kb="([^"]+)"', page)}
+    for slug, href, first, last in notes:
+        for number in range(int(first), int(last or first) + 1):
+            assert slug in marked.get(number, []), f"line {number} should be marked for {slug}"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_source_view_shows_the_whole_file_with_anchors(lab, real_site: Path) -> None:
+    for starter in lab.starters:
+        page = (real_site / f"{starter.path}.html").read_text()
+        file_lines = (REPO / starter.path).read_text().split("\n")
+        if file_lines[-1] == "":
+            file_lines.pop()
+        shown = code_lines(page)
+        assert [n for n, _ in shown] == list(range(1, len(file_lines) + 1))
+        assert [t for _, t in shown] == file_lines
+        assert f'href="../../labs/{lab.id}/index.html"' in page
+        assert (real_site / starter.path).read_bytes() == (REPO / starter.path).read_bytes()
+
+
+def test_pages_reference_nothing_outside_the_site(real_site: Path) -> None:
+    for page in real_site.rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(?:https?:)?//', text), page
+        for href in re.findall(r'<link[^>]+href="([^"]+)"', text):
+            assert (page.parent / href).resolve().is_file(), (page, href)
