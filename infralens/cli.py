@@ -13,7 +13,7 @@ from infralens.build import build as build_site
 from infralens.errors import InputError
 from infralens.load import load_project
 from infralens.models import RunResult
-from infralens.runner import run_all, runnable
+from infralens.runner import run_labs, runnable
 from infralens.schema import did_you_mean
 
 
@@ -72,11 +72,12 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int) -> None:
     def show(result: RunResult) -> None:
         click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s")
 
-    results = run_all(pairs, project.root, jobs, on_result=show)
+    results = run_labs(labs, project.root, jobs, on_result=show)
     failed = [r for r in results if not r.passed]
     for result in failed:
-        click.echo(f"\n{result.mark}: error: starter {result.starter} {result.reason}", err=True)
-        if result.output_tail:
-            click.echo("  | " + "\n  | ".join(result.output_tail.split("\n")), err=True)
+        click.echo(f"\n{result.mark}: error: {result.starter}: {result.reason}", err=True)
+        tail = result.tail()
+        if tail:
+            click.echo("  | " + "\n  | ".join(tail.split("\n")), err=True)
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)

@@ -242,7 +242,8 @@ class RunResult:
     """'passed', 'failed' or 'timeout'."""
     seconds: float
     returncode: int | None
-    output_tail: str
+    stdout: str
+    stderr: str
     reason: str
     """Why it failed, in one line; empty when it passed."""
     mark: Mark
@@ -250,3 +251,8 @@ class RunResult:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of stdout, then of stderr: what usually says why a run failed."""
+        parts = [text.rstrip("\n").split("\n")[-lines:] for text in (self.stdout, self.stderr) if text.strip()]
+        return "\n".join(line for part in parts for line in part)

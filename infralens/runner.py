@@ -14,11 +14,13 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
+from infralens.claims import figure_line, unbacked_figures
+from infralens.errors import Mark
 from infralens.models import Lab, RunResult, Starter
 
-TAIL_LINES = 20
 _FENCE_OPEN = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 
 # Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
@@ -102,21 +104,20 @@ def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
             env=clean_env(scratch),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout kills its children too
         )
         try:
-            output, _ = process.communicate(timeout=starter.run.timeout)
+            stdout, stderr = process.communicate(timeout=starter.run.timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
             kill_group(process)
-            output, _ = process.communicate()
+            stdout, stderr = process.communicate()
             timed_out = True
         finally:
             kill_group(process)  # children left behind by a starter that exited still go
         seconds = time.perf_counter() - started
-    text = output.decode("utf-8", errors="replace")
-    tail = "\n".join(text.rstrip("\n").split("\n")[-TAIL_LINES:])
+    text = stdout.decode("utf-8", errors="replace")
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
     elif process.returncode != 0:
@@ -124,7 +125,8 @@ def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
     else:
         missing = [pattern for pattern in starter.run.expect if not re.search(pattern, text, re.MULTILINE)]
         status, reason = ("failed", f"output does not match expect {missing[0]!r}") if missing else ("passed", "")
-    return RunResult(lab.id, starter.path, status, seconds, None if timed_out else process.returncode, tail, reason, starter.mark)
+    returncode = None if timed_out else process.returncode
+    return RunResult(lab.id, starter.path, status, seconds, returncode, text, stderr.decode("utf-8", errors="replace"), reason, starter.mark)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -140,14 +142,35 @@ def runnable(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter]]:
     return [(lab, starter) for lab in labs for starter in lab.starters if starter.run is not None]
 
 
-def run_all(pairs: list[tuple[Lab, Starter]], root: Path, jobs: int, on_result=None) -> list[RunResult]:
-    """Run starters on `jobs` workers; return results in the order given."""
+def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
+    """Fail the lab's last run when its page states a figure that none of its runs printed."""
+    if not results:
+        return results
+    output = "\n".join(result.stdout for result in results)
+    missing = unbacked_figures(lab, output)
+    if not missing or not results[-1].passed:
+        return results
+    line, col = figure_line(manifest_text, missing[0])
+    more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+    reason = f"the page states {missing[0]} but no starter of the lab prints it{more}"
+    failed = replace(results[-1], status="failed", reason=reason, mark=Mark(lab.path, line, col))
+    return [*results[:-1], failed]
+
+
+def run_labs(labs: tuple[Lab, ...], root: Path, jobs: int, on_result=None) -> list[RunResult]:
+    """Run every starter of the labs on `jobs` workers, then check each lab's stated figures.
+
+    Results come back in lab order; `on_result` sees each one as soon as its lab is complete.
+    """
+    pairs = runnable(labs)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_starter, lab, starter, root) for lab, starter in pairs]
-        results = []
-        for future in futures:
-            result = future.result()
-            if on_result:
-                on_result(result)
-            results.append(result)
+        futures = {(lab.id, starter.path): pool.submit(run_starter, lab, starter, root) for lab, starter in pairs}
+        results: list[RunResult] = []
+        for lab in labs:
+            runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]
+            runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
+            for result in runs:
+                if on_result:
+                    on_result(result)
+            results.extend(runs)
     return results

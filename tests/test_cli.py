@@ -81,7 +81,7 @@ def test_check_fails_on_an_unmet_expectation_and_names_the_manifest_line(sample_
     result = run_infralens("check", cwd=sample_site)
     assert result.returncode == 1
     assert result.stdout.splitlines()[-1] == "1 passed, 1 failed"
-    assert "labs/lab-01-sample.yml:10:11: error: starter code/lab-01-sample/kv.py output does not match expect 'kv bytes per token: 1,024'" in result.stderr
+    assert "labs/lab-01-sample.yml:10:11: error: code/lab-01-sample/kv.py: output does not match expect 'kv bytes per token: 1,024'" in result.stderr
     assert "  | kv bytes per token: 524,288" in result.stderr
 
 
@@ -90,7 +90,7 @@ def test_check_reports_a_crash_with_the_tail_of_its_output(sample_site: Path) ->
     starter.write_text(starter.read_text() + "\nraise SystemExit('broken on purpose')\n")
     result = run_infralens("check", cwd=sample_site)
     assert result.returncode == 1
-    assert "error: starter code/lab-01-sample/kv.py exited with status 1" in result.stderr
+    assert "error: code/lab-01-sample/kv.py: exited with status 1" in result.stderr
     assert "  | broken on purpose" in result.stderr
 
 
@@ -140,7 +140,7 @@ def test_hanging_starter_is_killed_at_its_timeout_with_its_children(sample_site:
     elapsed = time.monotonic() - started
     assert result.returncode == 1
     assert re.search(r"lab-01-sample\s+code/lab-01-sample/kv\.py\s+timeout\s+1\.\d\d s", result.stdout)
-    assert "error: starter code/lab-01-sample/kv.py killed after 1.5 s timeout" in result.stderr
+    assert "error: code/lab-01-sample/kv.py: killed after 1.5 s timeout" in result.stderr
     assert "  | hanging now" in result.stderr
     assert elapsed < 30
     time.sleep(4)

@@ -1,0 +1,52 @@
+"""Claims: the figures a lab page states, and whether its starters' output backs each one.
+
+Pure: a Lab and the text its starters printed → the figures no run printed. A figure is a number
+written with a thousands separator or a decimal point (6,738,415,616; 13.48; 2.45), the kind that
+a run produces and a hand can paste wrong. Small integers, years and URLs are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+from infralens.models import Lab
+
+_URL = re.compile(r"\]\([^)]*\)|https?://\S+")
+_FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w]|[.,]\d)|(?<![\w.,])\d+\.\d+(?![\w]|[.,]\d)")
+
+
+def prose(lab: Lab) -> list[str]:
+    """Every piece of text the lab page shows from the manifest."""
+    texts = [lab.summary, lab.concept_goal, lab.interview, *lab.mechanism, *lab.checkpoints, *lab.misunderstandings]
+    texts += [starter.role for starter in lab.starters]
+    texts += [block.note for block in lab.key_blocks]
+    texts += [item.text for item in lab.intuition]
+    return texts
+
+
+def stated_figures(lab: Lab) -> list[str]:
+    """Return the figures the page states, each once, in order of appearance."""
+    seen: dict[str, None] = {}
+    for text in prose(lab):
+        for figure in _FIGURE.findall(_URL.sub(" ", text)):
+            seen.setdefault(figure, None)
+    return list(seen)
+
+
+def printed(figure: str, output: str) -> bool:
+    """Say whether output contains the figure as a whole number, not as part of a longer one."""
+    return re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", output) is not None
+
+
+def unbacked_figures(lab: Lab, output: str) -> list[str]:
+    """Return the figures the page states that the output does not contain."""
+    return [figure for figure in stated_figures(lab) if not printed(figure, output)]
+
+
+def figure_line(manifest_text: str, figure: str) -> tuple[int, int]:
+    """Return the 1-based (line, column) where the manifest first writes the figure."""
+    for number, line in enumerate(manifest_text.split("\n"), start=1):
+        match = re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", line)
+        if match:
+            return number, match.start() + 1
+    return 1, 1

@@ -1,0 +1,43 @@
+"""Figures a page states must be printed by the lab's runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import run_infralens
+from infralens.claims import printed, stated_figures
+from infralens.load import load_project
+
+
+def test_figures_are_numbers_with_separators_or_decimals_outside_urls(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "note: K and V, so the **factor 2**.",
+        "note: 'K and V: 524,288 bytes, 0.5 MiB, 32 layers, year 2023, see [GQA](https://arxiv.org/abs/2305.13245).'",
+    ))
+    lab = load_project(sample_site / "site.yml").labs[0]
+    assert stated_figures(lab) == ["524,288", "0.5"]
+
+
+def test_a_figure_must_match_a_whole_number_in_the_output() -> None:
+    assert printed("524,288", "kv bytes per token: 524,288\n")
+    assert not printed("24,288", "kv bytes per token: 524,288\n")
+    assert not printed("524,28", "kv bytes per token: 524,288\n")
+    assert printed("2.45", "(+2.45% of exact)")
+    assert not printed("2.4", "(+2.45% of exact)")
+    assert printed("13.48", "weights 13.48 GB.")
+
+
+def test_check_fails_when_the_page_states_a_figure_no_run_prints(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "checkpoints:\n  - The factor 2 is K plus V.",
+        "checkpoints:\n  - The factor 2 is K plus V, so 524,288 bytes, or 1,048,576 bytes at fp32.",
+    ))
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == "0 passed, 1 failed"
+    assert (
+        "labs/lab-01-sample.yml:24:52: error: code/lab-01-sample/kv.py: the page states 1,048,576 "
+        "but no starter of the lab prints it" in result.stderr
+    )
