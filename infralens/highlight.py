@@ -7,21 +7,31 @@ per build, and the result is memoized by content hash across builds in one proce
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import PurePosixPath
 from html import escape
 
 from pygments.lexer import Lexer
-from pygments.lexers import TextLexer, get_lexer_for_filename
+from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
 from pygments.token import STANDARD_TYPES, Token
 from pygments.util import ClassNotFound
 
 from infralens.models import SourceFile, SourceLine
 
 
+# Starters are nearly always one of these. Looking a lexer up by alias is instant, while
+# get_lexer_for_filename compiles the file-name patterns of every Pygments lexer (~0.4 s per build).
+_ALIASES = {
+    ".py": "python", ".md": "markdown", ".yml": "yaml", ".yaml": "yaml", ".json": "json",
+    ".sh": "bash", ".toml": "toml", ".c": "c", ".h": "c", ".cpp": "cpp", ".cu": "cuda", ".txt": "text",
+}
+
+
 def lexer_for(path: str) -> Lexer:
     """Pick a lexer by file name; unknown kinds are shown as plain text."""
     options = {"stripnl": False, "stripall": False, "ensurenl": False, "tabsize": 0}
+    alias = _ALIASES.get(PurePosixPath(path).suffix.lower())
     try:
-        return get_lexer_for_filename(path, **options)
+        return get_lexer_by_name(alias, **options) if alias else get_lexer_for_filename(path, **options)
     except ClassNotFound:
         return TextLexer(**options)
 
