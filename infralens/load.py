@@ -87,8 +87,13 @@ def load_project(site_path: Path) -> Project:
     manifests = sorted(labs_dir.glob("*.yml")) + sorted(labs_dir.glob("*.yaml"))
     if not manifests:
         problems.add(Mark(display_path(labs_dir, root)), "no lab manifests (labs/*.yml) found")
+    stems: dict[str, str] = {}
     for manifest in manifests:
         shown = display_path(manifest, root)
+        if manifest.stem in stems:
+            problems.add(Mark(shown), f"lab id {manifest.stem!r} is already used by {stems[manifest.stem]}")
+            continue
+        stems[manifest.stem] = shown
         if not re.fullmatch(ID_PATTERN, manifest.stem):
             problems.add(Mark(shown), f"lab id {manifest.stem!r} (the file name) must be lowercase letters, digits and '-'")
             continue

@@ -271,10 +271,6 @@ TITLES = Record(
 BULLETS = ListOf(Text(MARKDOWN), min_items=1)
 
 
-def _lab_fields(f: Fields, ctx: Context) -> dict:
-    return {"fields": f}
-
-
 LAB = Record(
     "lab manifest",
     {
@@ -297,7 +293,7 @@ LAB = Record(
         "further_reading": Field(ListOf(REFERENCE, "Official, paper and practical references.", min_items=1), True),
         "titles": Field(TITLES),
     },
-    _lab_fields,
+    lambda f, ctx: f,  # parse_lab turns the fields into a Lab once the shape is known to be right
     doc="An InfraLens lab manifest (labs/<lab-id>.yml).",
 )
 
@@ -323,9 +319,8 @@ def parse_lab(path: str, lab_id: str, text: str) -> Lab:
     problems = Problems()
     ctx = Context(path, problems)
     node = compose(text, ctx)
-    result = LAB.check(node, ctx) if node is not None else INVALID
+    f: Fields = LAB.check(node, ctx) if node is not None else INVALID
     problems.raise_if_any()
-    f: Fields = result["fields"]
     v = f.values
     starters: tuple[Starter, ...] = v["starters"]
     kind = v["kind"] or ("runnable" if any(s.run for s in starters) else "reading")

@@ -299,7 +299,8 @@ class Record(Spec):
         for key, spec_field in self.fields.items():
             if key in nodes:
                 continue
-            if spec_field.required and not self._excused(key, nodes):
+            # A key of an exclusive group is required only as part of its group, checked below.
+            if spec_field.required and not any(key in group for group in self.exclusive):
                 if key not in suggested:  # a misspelt key already said "did you mean" this one
                     ctx.error(node, f"missing required key {key!r} in {self.name}")
                 ok = False
@@ -315,10 +316,6 @@ class Record(Spec):
         if not ok:
             return INVALID
         return self.build(Fields(values, marks, ctx.mark(node), nodes), ctx)
-
-    def _excused(self, key: str, present: dict[str, yaml.Node]) -> bool:
-        # A key of an exclusive group is "required" only as the group is; the group check reports it.
-        return any(key in group for group in self.exclusive)
 
     def json_schema(self) -> dict:
         schema: dict = {

@@ -153,3 +153,11 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert result.returncode == 0
     assert "Usage:" in result.stdout
     assert len(result.stdout.splitlines()) > 3
+
+
+def test_base_url_gives_every_page_a_canonical_link(sample_site: Path) -> None:
+    site = sample_site / "site.yml"
+    site.write_text(site.read_text() + "base_url: https://example.org/lens/\n")
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = (sample_site / "output/labs/lab-01-sample/index.html").read_text()
+    assert '<link rel="canonical" href="https://example.org/lens/labs/lab-01-sample/index.html">' in page
