@@ -11,8 +11,9 @@ import jinja2
 
 from infralens.errors import InputError, Mark, Problem
 from infralens.load import Project, display_path, load_project
-from infralens.models import ResolvedLab
-from infralens.render import Page, Renderer
+from infralens.models import ResolvedLab, RunResult
+from infralens.render import Page, Renderer, artifact_url
+from infralens.results import recorded_runs
 from infralens.validate import resolve
 from infralens.write import Copy, write_site
 
@@ -34,9 +35,15 @@ def build(site_path: Path, out_dir: Path) -> BuildSummary:
     project = load_project(site_path)
     check_out_dir(project.root, out_dir)
     labs = resolve(project)
+    runs = recorded_runs(project.root, [starter for lab in project.labs for starter in lab.starters])
     templates = theme_dir(project.root)
-    pages = render_pages(templates, project, labs)
+    pages = render_pages(templates, project, labs, {path: result for path, (result, _) in runs.items()})
     copies = [Copy(project.root / path, path) for path in project.sources]
+    copies += [
+        Copy(folder / name, artifact_url(result.lab, name))
+        for result, folder in runs.values()
+        for name in result.artifacts
+    ]
     copies += [Copy(asset, f"static/{asset.name}") for asset in sorted((templates / "static").glob("*")) if asset.is_file()]
     write_site(out_dir, pages, copies)
     return BuildSummary(len(labs), len(pages), len(copies), time.perf_counter() - started, out_dir)
@@ -59,10 +66,10 @@ def check_out_dir(root: Path, out_dir: Path) -> None:
         raise InputError([Problem(Mark(str(out_dir)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
 
 
-def render_pages(templates: Path, project: Project, labs: tuple[ResolvedLab, ...]) -> list[Page]:
+def render_pages(templates: Path, project: Project, labs: tuple[ResolvedLab, ...], runs: dict[str, RunResult]) -> list[Page]:
     """Render every page, turning template mistakes into errors that name the template line."""
     try:
-        return Renderer(templates).render_site(project.site, labs, project.sources)
+        return Renderer(templates).render_site(project.site, labs, project.sources, runs)
     except jinja2.TemplateSyntaxError as exc:
         shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
         raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None

@@ -13,6 +13,8 @@ from infralens.build import build as build_site
 from infralens.errors import InputError
 from infralens.load import load_project
 from infralens.models import RunResult
+from infralens.reports import results_json, results_junit
+from infralens.results import ResultStore
 from infralens.runner import run_labs, runnable
 from infralens.schema import did_you_mean
 
@@ -51,7 +53,10 @@ def build(site_path: Path, out_dir: Path) -> None:
 @click.argument("lab_ids", nargs=-1)
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
 @click.option("--jobs", "-j", default=os.cpu_count() or 1, show_default="number of cores", type=click.IntRange(min=1), help="Starters to run at once.")
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int) -> None:
+@click.option("--no-cache", is_flag=True, help="Run every starter even if this exact version already has a stored result.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JSON to this file.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     try:
         project = load_project(site_path)
@@ -70,9 +75,15 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int) -> None:
     lab_width = max((len(lab.id) for lab, _ in pairs), default=10)
 
     def show(result: RunResult) -> None:
-        click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s")
+        cached = "  (stored result)" if result.cached else ""
+        click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
 
-    results = run_labs(labs, project.root, jobs, on_result=show)
+    store = ResultStore(project.root)
+    results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show)
+    if json_path:
+        json_path.write_text(results_json(results), encoding="utf-8")
+    if junit_path:
+        junit_path.write_text(results_junit(results), encoding="utf-8")
     failed = [r for r in results if not r.passed]
     for result in failed:
         click.echo(f"\n{result.mark}: error: {result.starter}: {result.reason}", err=True)

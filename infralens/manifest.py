@@ -104,7 +104,9 @@ HANDBOOK = Record(
 
 
 def _run(f: Fields, ctx: Context) -> RunSpec:
-    return RunSpec(f.values["args"] or (), f.values["timeout"] or DEFAULT_TIMEOUT, f.values["expect"] or ())
+    return RunSpec(
+        f.values["args"] or (), f.values["timeout"] or DEFAULT_TIMEOUT, f.values["expect"] or (), f.values["artifacts"] or ()
+    )
 
 
 RUN = Record(
@@ -113,6 +115,10 @@ RUN = Record(
         "args": Field(ListOf(Text(numbers=True), "Command-line arguments passed after the script.")),
         "timeout": Field(Number(f"Seconds before the run is killed (default {DEFAULT_TIMEOUT:g}).")),
         "expect": Field(ListOf(Regex(), "Regexes that must each be found in the starter's stdout.")),
+        "artifacts": Field(ListOf(
+            Text(pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.(?:svg|png|txt|json|csv)", pattern_hint="a file name like 'roofline.svg' (svg, png, txt, json or csv)"),
+            "Files the run writes into its working folder; the lab page shows them (SVG and PNG as figures).",
+        )),
     },
     _run,
     doc="How `infralens check` runs the starter.",

@@ -51,6 +51,8 @@ class RunSpec:
     """Seconds before the whole process group is killed."""
     expect: tuple[str, ...]
     """Regexes that must each be found in stdout."""
+    artifacts: tuple[str, ...] = ()
+    """Files the run writes into its working folder (an SVG plot, say) that the lab page shows."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,12 @@ class RunResult:
     reason: str
     """Why it failed, in one line; empty when it passed."""
     mark: Mark
+    finished: str = ""
+    """When the run ended, UTC, ISO 8601 to the second."""
+    artifacts: tuple[str, ...] = ()
+    """Names of the artifacts the run wrote, kept beside its stored result."""
+    cached: bool = False
+    """True when this result was read from the store instead of running again."""
 
     @property
     def passed(self) -> bool:

@@ -14,7 +14,7 @@ import jinja2
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from infralens.models import SECTIONS, Excerpt, KeyBlock, Lab, ResolvedLab, Site, SourceFile, Starter
+from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,11 @@ def source_url(starter_path: str) -> str:
     return f"{starter_path}.html"
 
 
+def artifact_url(lab_id: str, name: str) -> str:
+    """Path under output/ of a file a lab's last run wrote."""
+    return f"runs/{lab_id}/{name}"
+
+
 def root_prefix(page_path: str) -> str:
     """Relative path from a page back to the site root, so pages also work from file://."""
     return "../" * (len(PurePosixPath(page_path).parts) - 1)
@@ -109,7 +114,9 @@ class Renderer:
         self.env.filters["mdi"] = self.inline_markdown
         self.env.globals["lab_url"] = lab_url
         self.env.globals["source_url"] = source_url
+        self.env.globals["artifact_url"] = artifact_url
         self.env.tests["identifier_like"] = identifier_like
+        self.env.filters["recorded_in"] = lambda path, runs: runs.get(path)
 
     def block_markdown(self, text: str) -> Markup:
         return Markup(self.markdown.render(text))
@@ -117,21 +124,23 @@ class Renderer:
     def inline_markdown(self, text: str) -> Markup:
         return Markup(self.markdown.renderInline(text))
 
-    def render_site(self, site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> list[Page]:
-        """Render every page of the site."""
+    def render_site(
+        self, site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile], runs: dict[str, RunResult]
+    ) -> list[Page]:
+        """Render every page of the site; `runs` holds the recorded run of each starter's current version."""
         ordered = [r.lab for r in labs]
         # The navigation is the same on every lab page except for which entry is current, so it is
         # rendered once and the current entry marked by a string replacement: rendering it inside
         # each page's template grows as N² with the number of labs.
         nav = self.env.get_template("nav.html").render(site=site, labs=ordered, root="../../")
-        pages = [Page("index.html", self.env.get_template("index.html").render(site=site, labs=ordered, root=""))]
+        pages = [Page("index.html", self.env.get_template("index.html").render(site=site, labs=ordered, runs=runs, root=""))]
         bindings: dict[str, list[Binding]] = {path: [] for path in sources}
         for index, resolved in enumerate(labs):
             lab = resolved.lab
             page_nav = nav.replace(f'data-lab="{lab.id}"', f'data-lab="{lab.id}" aria-current="page"', 1)
             previous_lab = ordered[index - 1] if index > 0 else None
             next_lab = ordered[index + 1] if index + 1 < len(ordered) else None
-            pages.append(self.render_lab(site, resolved, Markup(page_nav), previous_lab, next_lab))
+            pages.append(self.render_lab(site, resolved, runs, Markup(page_nav), previous_lab, next_lab))
             for block in resolved.excerpt.key_blocks:
                 bindings[resolved.excerpt.starter].append(Binding(lab, block))
         owners = {starter.path: (lab, starter) for lab in ordered for starter in lab.starters}
@@ -140,7 +149,9 @@ class Renderer:
             pages.append(self.render_source(site, lab, starter, source, tuple(bindings[path])))
         return pages
 
-    def render_lab(self, site: Site, resolved: ResolvedLab, nav: Markup, previous_lab: Lab | None, next_lab: Lab | None) -> Page:
+    def render_lab(
+        self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav: Markup, previous_lab: Lab | None, next_lab: Lab | None
+    ) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
@@ -149,6 +160,7 @@ class Renderer:
             site=site,
             lab=lab,
             excerpt=excerpt,
+            runs=runs,
             rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks)),
             sections=sections,
             nav=nav,

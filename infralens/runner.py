@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,11 +16,13 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from infralens.claims import figure_line, unbacked_figures
 from infralens.errors import Mark
 from infralens.models import Lab, RunResult, Starter
+from infralens.results import ResultStore, run_key
 
 _FENCE_OPEN = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 
@@ -86,8 +89,10 @@ def clean_env(home: str) -> dict[str, str]:
     return env
 
 
-def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
-    """Run one starter and say whether it passed: exit 0 within the timeout, every expect found."""
+def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None) -> RunResult:
+    """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
+    every declared artifact written. Artifacts are copied into `keep` when it is given.
+    """
     assert starter.run is not None
     source = (root / starter.path).resolve()
     with tempfile.TemporaryDirectory(prefix="infralens-run-") as scratch:
@@ -117,6 +122,10 @@ def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
         finally:
             kill_group(process)  # children left behind by a starter that exited still go
         seconds = time.perf_counter() - started
+        written = tuple(name for name in starter.run.artifacts if Path(scratch, name).is_file())
+        if keep is not None:
+            for name in written:
+                shutil.copyfile(Path(scratch, name), keep / name)
     text = stdout.decode("utf-8", errors="replace")
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
@@ -124,9 +133,42 @@ def run_starter(lab: Lab, starter: Starter, root: Path) -> RunResult:
         status, reason = "failed", f"exited with status {process.returncode}"
     else:
         missing = [pattern for pattern in starter.run.expect if not re.search(pattern, text, re.MULTILINE)]
-        status, reason = ("failed", f"output does not match expect {missing[0]!r}") if missing else ("passed", "")
-    returncode = None if timed_out else process.returncode
-    return RunResult(lab.id, starter.path, status, seconds, returncode, text, stderr.decode("utf-8", errors="replace"), reason, starter.mark)
+        unwritten = [name for name in starter.run.artifacts if name not in written]
+        if missing:
+            status, reason = "failed", f"output does not match expect {missing[0]!r}"
+        elif unwritten:
+            status, reason = "failed", f"did not write artifact {unwritten[0]!r} into its working folder"
+        else:
+            status, reason = "passed", ""
+    return RunResult(
+        lab=lab.id,
+        starter=starter.path,
+        status=status,
+        seconds=seconds,
+        returncode=None if timed_out else process.returncode,
+        stdout=text,
+        stderr=stderr.decode("utf-8", errors="replace"),
+        reason=reason,
+        mark=starter.mark,
+        finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        artifacts=written,
+    )
+
+
+def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool) -> RunResult:
+    """Return the stored result of this exact version of the starter, or run it and store the result."""
+    if store is None:
+        return run_starter(lab, starter, root)
+    key = run_key(root, starter)
+    if use_cache:
+        stored = store.load(key)
+        if stored is not None:
+            # The manifest may have moved since; point failures at where the starter is declared now.
+            return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
+    staging = store.staging(key)
+    result = run_starter(lab, starter, root, keep=staging)
+    store.save(key, result, staging)
+    return result
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -157,14 +199,27 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     return [*results[:-1], failed]
 
 
-def run_labs(labs: tuple[Lab, ...], root: Path, jobs: int, on_result=None) -> list[RunResult]:
+def run_labs(
+    labs: tuple[Lab, ...],
+    root: Path,
+    jobs: int,
+    *,
+    store: ResultStore | None = None,
+    use_cache: bool = True,
+    on_result=None,
+) -> list[RunResult]:
     """Run every starter of the labs on `jobs` workers, then check each lab's stated figures.
 
-    Results come back in lab order; `on_result` sees each one as soon as its lab is complete.
+    With a store, a starter whose exact version already has a result is not run again (unless
+    `use_cache` is off), and every fresh result is stored. Results come back in lab order;
+    `on_result` sees each one as soon as its lab is complete.
     """
     pairs = runnable(labs)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {(lab.id, starter.path): pool.submit(run_starter, lab, starter, root) for lab, starter in pairs}
+        futures = {
+            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache)
+            for lab, starter in pairs
+        }
         results: list[RunResult] = []
         for lab in labs:
             runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]

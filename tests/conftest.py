@@ -43,7 +43,8 @@ def run_infralens(*args: str, cwd: Path, timeout: float = 300, env: dict[str, st
 def sample_site(tmp_path: Path) -> Path:
     """A private copy of tests/sites/sample to build and break."""
     target = tmp_path / "site"
-    shutil.copytree(TESTS / "sites" / "sample", target, symlinks=True)
+    # Results or a build left in the sample by hand must not leak into the tests.
+    shutil.copytree(TESTS / "sites" / "sample", target, symlinks=True, ignore=shutil.ignore_patterns(".infralens", "output"))
     return target
 
 

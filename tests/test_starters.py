@@ -1,7 +1,8 @@
 """One test per runnable starter of the real site, through the same runner `infralens check` uses.
 
-The starters run once per session, two at a time; each test then reports its own starter, including
-the check that every figure the lab page states is printed by the lab's runs.
+The starters run once per session, two at a time, always afresh (no stored result is reused); each
+test then reports its own starter, including the check that every figure the lab page states is
+printed by the lab's runs. The fresh results are stored, so a build afterwards shows them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 from conftest import REPO
 from infralens.load import load_project
+from infralens.results import ResultStore
 from infralens.runner import run_labs, runnable
 
 PROJECT = load_project(REPO / "site.yml")
@@ -18,7 +20,8 @@ PAIRS = runnable(PROJECT.labs)
 
 @pytest.fixture(scope="session")
 def results() -> dict[str, object]:
-    return {result.starter: result for result in run_labs(PROJECT.labs, PROJECT.root, jobs=2)}
+    runs = run_labs(PROJECT.labs, PROJECT.root, jobs=2, store=ResultStore(PROJECT.root), use_cache=False)
+    return {result.starter: result for result in runs}
 
 
 @pytest.mark.parametrize("starter", [s.path for _, s in PAIRS])

@@ -1,0 +1,41 @@
+"""Reports of a check: run results → JSON and JUnit XML for CI systems."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from infralens.models import RunResult
+
+
+def results_json(results: list[RunResult]) -> str:
+    """Return every result as JSON, one object per starter, in check order."""
+    records = []
+    for result in results:
+        record = asdict(result)
+        record["mark"] = str(result.mark)
+        record["passed"] = result.passed
+        records.append(record)
+    return json.dumps({"results": records, "passed": sum(r.passed for r in results), "failed": sum(not r.passed for r in results)}, indent=1)
+
+
+def results_junit(results: list[RunResult]) -> str:
+    """Return the results as a JUnit XML report: one test suite, one test case per starter."""
+    failures = [r for r in results if not r.passed]
+    suite = ET.Element(
+        "testsuite",
+        name="infralens check",
+        tests=str(len(results)),
+        failures=str(len(failures)),
+        errors="0",
+        time=f"{sum(r.seconds for r in results):.3f}",
+    )
+    for result in results:
+        case = ET.SubElement(suite, "testcase", classname=result.lab, name=result.starter, time=f"{result.seconds:.3f}")
+        if not result.passed:
+            failure = ET.SubElement(case, "failure", message=f"{result.mark}: {result.reason}", type=result.status)
+            failure.text = result.tail()
+        ET.SubElement(case, "system-out").text = result.stdout
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,97 @@
+"""Run results kept between runs: a starter is re-run only when something it depends on changed.
+
+A result is stored under `.infralens/runs/<key>/` (result.json plus the run's artifacts), where the
+key hashes everything the run depends on: the files of the starter's folder, its run spec, and the
+Python and PyTorch versions. `check` reads a stored result instead of running again; `build` reads
+the result of each starter's current version to show on its page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from dataclasses import asdict, replace
+from importlib import metadata
+from pathlib import Path
+
+from infralens.errors import Mark
+from infralens.models import RunResult, Starter
+
+STORE = Path(".infralens") / "runs"
+_FORMAT = "infralens-run-1"
+
+
+def installed_version(package: str) -> str:
+    """Return an installed package's version without importing it ('none' if absent)."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def run_key(root: Path, starter: Starter) -> str:
+    """Hash what a starter's run depends on: its folder's files, its run spec, Python and torch."""
+    digest = hashlib.sha256()
+    folder = (root / starter.path).parent
+    parts = [_FORMAT, starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    # Starters may import or read any file beside them, so the whole folder counts.
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:24]
+
+
+class ResultStore:
+    """The folder of stored results of one project."""
+
+    def __init__(self, root: Path) -> None:
+        self.folder = root / STORE
+
+    def slot(self, key: str) -> Path:
+        return self.folder / key
+
+    def staging(self, key: str) -> Path:
+        """A fresh folder for a run's artifacts, moved into place by `save`."""
+        path = self.folder / f".{key}.new"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def save(self, key: str, result: RunResult, staging: Path) -> None:
+        """Store a fresh result with the artifacts already in `staging`, replacing any older one."""
+        record = asdict(replace(result, cached=False))
+        (staging / "result.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+        target = self.slot(key)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+
+    def load(self, key: str) -> RunResult | None:
+        """Return the stored result for a key, or None if there is none or it cannot be read."""
+        try:
+            record = json.loads((self.slot(key) / "result.json").read_text(encoding="utf-8"))
+            record["mark"] = Mark(**record["mark"])
+            record["artifacts"] = tuple(record["artifacts"])
+            return RunResult(**record)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def artifact(self, key: str, name: str) -> Path:
+        return self.slot(key) / name
+
+
+def recorded_runs(root: Path, starters: list[Starter]) -> dict[str, tuple[RunResult, Path]]:
+    """Return, for each starter whose current version has a stored result, that result and its folder."""
+    store = ResultStore(root)
+    found = {}
+    for starter in starters:
+        if starter.run is None:
+            continue
+        key = run_key(root, starter)
+        result = store.load(key)
+        if result is not None:
+            found[starter.path] = (result, store.slot(key))
+    return found
