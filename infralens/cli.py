@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from infralens import __version__
 from infralens.build import build as build_site
 from infralens.errors import InputError
 from infralens.load import load_project
+from infralens.manifest import json_schemas
 from infralens.models import RunResult
 from infralens.reports import results_json, results_junit
 from infralens.results import ResultStore
@@ -92,3 +94,13 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             click.echo("  | " + "\n  | ".join(tail.split("\n")), err=True)
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
+
+
+@main.command()
+@click.option("--out", "out_dir", default="schema", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the schemas into.")
+def schema(out_dir: Path) -> None:
+    """Write the JSON Schemas of lab manifests and site.yml, for YAML-aware editors."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, document in json_schemas().items():
+        (out_dir / name).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        click.echo(f"wrote {out_dir / name}")

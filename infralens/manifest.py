@@ -374,3 +374,18 @@ def _check_lab(lab: Lab, f: Fields, ctx: Context) -> None:
         if block.name in seen:
             ctx.problems.add(block.mark, f"duplicate key block name {block.name!r}")
         seen[block.name] = block
+
+
+def json_schemas() -> dict[str, dict]:
+    """Return the editors' JSON Schemas, by file name, generated from the declarations above."""
+    def document(record: Record, title: str) -> dict:
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": title,
+            **record.json_schema(),
+        }
+
+    return {
+        "lab.schema.json": document(LAB, "InfraLens lab manifest"),
+        "site.schema.json": document(SITE, "InfraLens site.yml"),
+    }

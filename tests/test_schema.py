@@ -1,0 +1,40 @@
+"""The editors' JSON Schemas: generated from the validator's declarations, committed, never stale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import REPO, TESTS, run_infralens
+from infralens.manifest import json_schemas
+
+MANIFESTS = sorted((REPO / "labs").glob("*.yml")) + sorted((TESTS / "sites" / "sample" / "labs").glob("*.yml"))
+
+
+def test_committed_schemas_are_up_to_date(tmp_path: Path) -> None:
+    result = run_infralens("schema", "--out", str(tmp_path), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    for name in json_schemas():
+        committed = (REPO / "schema" / name).read_text()
+        assert (tmp_path / name).read_text() == committed, f"schema/{name} is stale: run `infralens schema`"
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.stem for m in MANIFESTS])
+def test_every_manifest_the_build_accepts_validates_against_the_schema(manifest: Path) -> None:
+    schema = json_schemas()["lab.schema.json"]
+    jsonschema.validate(yaml.safe_load(manifest.read_text()), schema)
+
+
+def test_site_yml_validates_against_the_schema() -> None:
+    jsonschema.validate(yaml.safe_load((REPO / "site.yml").read_text()), json_schemas()["site.schema.json"])
+
+
+@pytest.mark.parametrize("case", ["unknown-key", "missing-required-field", "wrong-type", "link-not-http"])
+def test_the_schema_rejects_what_the_build_rejects(case: str) -> None:
+    manifest = yaml.safe_load((TESTS / "invalid" / case / "labs" / "lab-01-broken.yml").read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(manifest, json_schemas()["lab.schema.json"])
