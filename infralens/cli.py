@@ -17,6 +17,7 @@ from infralens.manifest import json_schemas
 from infralens.models import RunResult
 from infralens.reports import results_json, results_junit
 from infralens.results import ResultStore
+from infralens.scaffold import new_lab
 from infralens.runner import run_labs, runnable
 from infralens.schema import did_you_mean
 
@@ -104,3 +105,19 @@ def schema(out_dir: Path) -> None:
     for name, document in json_schemas().items():
         (out_dir / name).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         click.echo(f"wrote {out_dir / name}")
+
+
+@main.command()
+@click.argument("lab_id")
+@click.option("--track", required=True, help="A track id from site.yml.")
+@click.option("--title", required=True, help="The lab's title.")
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
+def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
+    """Start a lab: write labs/LAB_ID.yml and a starter under code/LAB_ID/ that build and check pass."""
+    try:
+        made = new_lab(site_path, lab_id, track, title)
+    except InputError as exc:
+        report(exc)
+        sys.exit(1)
+    click.echo(f"wrote {made.manifest}\nwrote {made.starter}")
+    click.echo(f"next: edit both, then `infralens build` and `infralens check {lab_id}`")

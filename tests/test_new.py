@@ -1,0 +1,49 @@
+"""`infralens new`: a contributor's first five minutes, run for real on a copy of the sample site."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_infralens
+
+
+def test_new_lab_builds_and_checks_at_once(sample_site: Path) -> None:
+    result = run_infralens("new", "lab-15-speculative-decoding", "--track", "basics", "--title", 'Speculative "draft" decoding', cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    manifest = sample_site / "labs/lab-15-speculative-decoding.yml"
+    starter = sample_site / "code/lab-15-speculative-decoding/speculative_decoding.py"
+    assert manifest.read_text().startswith("# yaml-language-server: $schema=../schema/lab.schema.json\n")
+    assert "# region core" in starter.read_text()
+    build = run_infralens("build", cwd=sample_site)
+    assert build.returncode == 0, build.stderr
+    page = (sample_site / "output/labs/lab-15-speculative-decoding/index.html").read_text()
+    assert "<h1>Speculative &#34;draft&#34; decoding</h1>" in page
+    check = run_infralens("check", "lab-15-speculative-decoding", cwd=sample_site)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.splitlines()[-1] == "1 passed, 0 failed"
+
+
+def test_new_refuses_to_overwrite(sample_site: Path) -> None:
+    assert run_infralens("new", "lab-15-x", "--track", "basics", "--title", "X", cwd=sample_site).returncode == 0
+    manifest = sample_site / "labs/lab-15-x.yml"
+    manifest.write_text(manifest.read_text() + "# edited\n")
+    again = run_infralens("new", "lab-15-x", "--track", "basics", "--title", "X", cwd=sample_site)
+    assert again.returncode == 1
+    assert "labs/lab-15-x.yml:1:1: error: already exists; infralens new never overwrites" in again.stderr
+    assert manifest.read_text().endswith("# edited\n")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["lab-3-x", "--track", "basics"], "lab-3-x:1:1: error: lab id must look like lab-NN-slug"),
+        (["lab-16-x", "--track", "basic"], "site.yml:1:1: error: unknown track 'basic' (did you mean 'basics'?)"),
+        (["lab-01-again", "--track", "basics"], "labs/lab-01-sample.yml:1:9: error: lab number 1 is already used by lab-01-sample"),
+    ],
+)
+def test_new_rejects_bad_requests(sample_site: Path, args: list[str], message: str) -> None:
+    result = run_infralens("new", *args, "--title", "T", cwd=sample_site)
+    assert result.returncode == 1
+    assert result.stderr.startswith(message)
