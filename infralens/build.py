@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 
 from infralens.errors import InputError, Mark, Problem
+from infralens.links import Link, check_links
 from infralens.load import Project, display_path, load_project
 from infralens.models import ResolvedLab, RunResult
 from infralens.render import Page, Renderer, artifact_url
@@ -29,11 +30,23 @@ class BuildSummary:
     out_dir: Path
 
 
-def build(site_path: Path, out_dir: Path) -> BuildSummary:
-    """Build the site described by site_path into out_dir, or raise InputError and touch nothing."""
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class Site:
+    """A site rendered in memory: the pages and the files to copy beside them."""
+
+    project: Project
+    labs: tuple[ResolvedLab, ...]
+    pages: list[Page]
+    copies: list[Copy]
+
+    def links(self) -> list[Link]:
+        """Every link of every page, with its problem if it is broken."""
+        return check_links(self.pages, {copy.dest for copy in self.copies})
+
+
+def render(site_path: Path) -> Site:
+    """Load, validate, resolve and render the site without writing anything."""
     project = load_project(site_path)
-    check_out_dir(project.root, out_dir)
     labs = resolve(project)
     runs = recorded_runs(project.root, [starter for lab in project.labs for starter in lab.starters])
     templates = theme_dir(project.root)
@@ -45,8 +58,23 @@ def build(site_path: Path, out_dir: Path) -> BuildSummary:
         for name in result.artifacts
     ]
     copies += [Copy(asset, f"static/{asset.name}") for asset in sorted((templates / "static").glob("*")) if asset.is_file()]
-    write_site(out_dir, pages, copies)
-    return BuildSummary(len(labs), len(pages), len(copies), time.perf_counter() - started, out_dir)
+    return Site(project, labs, pages, copies)
+
+
+def build(site_path: Path, out_dir: Path, *, strict: bool = False) -> BuildSummary:
+    """Build the site described by site_path into out_dir, or raise InputError and touch nothing.
+
+    With `strict`, a broken internal link or anchor, or a non-http(s) external link, fails the build.
+    """
+    started = time.perf_counter()
+    check_out_dir(site_path.parent, out_dir)
+    site = render(site_path)
+    if strict:
+        broken = [link for link in site.links() if link.problem]
+        if broken:
+            raise InputError([Problem(Mark(f"{out_dir.name}/{link.page}", link.line, link.col), link.problem) for link in broken])
+    write_site(out_dir, site.pages, site.copies)
+    return BuildSummary(len(site.labs), len(site.pages), len(site.copies), time.perf_counter() - started, out_dir)
 
 
 DEFAULT_THEME = Path(__file__).resolve().parent.parent / "templates"

@@ -11,6 +11,7 @@ import click
 
 from infralens import __version__
 from infralens.build import build as build_site
+from infralens.build import render as render_site
 from infralens.errors import InputError
 from infralens.load import load_project
 from infralens.manifest import json_schemas
@@ -39,10 +40,11 @@ def main() -> None:
 @main.command()
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file; labs/, code/ and templates/ sit beside it.")
 @click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to write the site into; replaced as a whole only if the build succeeds.")
-def build(site_path: Path, out_dir: Path) -> None:
+@click.option("--strict", is_flag=True, help="Fail on any broken internal link or anchor, or external link that is not http(s).")
+def build(site_path: Path, out_dir: Path, strict: bool) -> None:
     """Build the static site from site.yml, labs/ and code/."""
     try:
-        summary = build_site(site_path, out_dir)
+        summary = build_site(site_path, out_dir, strict=strict)
     except InputError as exc:
         report(exc)
         sys.exit(1)
@@ -121,3 +123,24 @@ def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
         sys.exit(1)
     click.echo(f"wrote {made.manifest}\nwrote {made.starter}")
     click.echo(f"next: edit both, then `infralens build` and `infralens check {lab_id}`")
+
+
+@main.command()
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
+@click.option("--external", is_flag=True, help="Also list the external links (they are checked for http(s), never fetched).")
+def links(site_path: Path, external: bool) -> None:
+    """Report every link of the built site: broken internal links and anchors first."""
+    try:
+        found = render_site(site_path).links()
+    except InputError as exc:
+        report(exc)
+        sys.exit(1)
+    broken = [link for link in found if link.problem]
+    for link in broken:
+        click.echo(f"output/{link.page}:{link.line}:{link.col}: error: {link.problem}", err=True)
+    if external:
+        for target in sorted({link.target for link in found if link.external and not link.problem}):
+            click.echo(target)
+    internal = sum(not link.external for link in found)
+    click.echo(f"{len(found)} links ({internal} internal, {len(found) - internal} external): {len(broken)} broken")
+    sys.exit(1 if broken else 0)
