@@ -144,3 +144,27 @@ def links(site_path: Path, external: bool) -> None:
     internal = sum(not link.external for link in found)
     click.echo(f"{len(found)} links ({internal} internal, {len(found) - internal} external): {len(broken)} broken")
     sys.exit(1 if broken else 0)
+
+
+@main.command()
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
+@click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to build into.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port on 127.0.0.1 (0 picks a free one).")
+def serve(site_path: Path, out_dir: Path, port: int) -> None:
+    """Build, serve the site on 127.0.0.1, rebuild on every change and reload open pages."""
+    from infralens.serve import serve as run_server
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    def ready(url: str) -> None:
+        click.echo(f"serving {url} (Ctrl-C stops)")
+        sys.stdout.flush()
+
+    try:
+        run_server(site_path, out_dir, port, log, ready)
+    except KeyboardInterrupt:
+        click.echo("stopped")
+    except OSError as exc:
+        click.echo(f"error: cannot serve on 127.0.0.1:{port}: {exc.strerror}", err=True)
+        sys.exit(1)

@@ -147,7 +147,7 @@ def test_hanging_starter_is_killed_at_its_timeout_with_its_children(sample_site:
     assert not marker.exists(), "the starter's child outlived the timeout"
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["check"], ["schema"], ["new"], ["links"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["check"], ["schema"], ["new"], ["links"], ["serve"]])
 def test_every_command_has_help(command: list[str]) -> None:
     result = run_infralens(*command, "--help", cwd=REPO)
     assert result.returncode == 0

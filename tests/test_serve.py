@@ -1,0 +1,77 @@
+"""`infralens serve` for real: start it, edit files, see the page change, break and fix, Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def wait_for(url: str, text: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    page = ""
+    while time.monotonic() < deadline:
+        page = fetch(url)
+        if text in page:
+            return page
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared at {url}; last page:\n{page[:2000]}")
+
+
+@pytest.fixture
+def server(sample_site: Path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infralens", "serve", "--port", "0"],
+        cwd=sample_site,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), line + process.stderr.read()
+        yield process, line.split()[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_serve_rebuilds_on_change_shows_errors_and_recovers(server, sample_site: Path) -> None:
+    process, base = server
+    lab_url = base + "labs/lab-01-sample/index.html"
+    page = wait_for(lab_url, "<h1>Sample KV bytes</h1>")
+    assert "/__infralens/state" in page  # the reload script is served, not built
+    assert "__infralens" not in (sample_site / "output/labs/lab-01-sample/index.html").read_text()
+
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    original = manifest.read_text()
+    manifest.write_text(original.replace("title: Sample KV bytes", "title: Edited KV bytes"))
+    wait_for(lab_url, "<h1>Edited KV bytes</h1>")
+
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text().replace("# one K and one V vector per KV head", "# K and V, edited"))
+    wait_for(base + "code/lab-01-sample/kv.py.html", "# K and V, edited")
+
+    manifest.write_text(original.replace("region: formula", "region: formul"))
+    page = wait_for(lab_url, "the last rebuild failed")
+    assert "labs/lab-01-sample.yml:15:11: error: region &#x27;formul&#x27; not found" in page
+    assert "<h1>Edited KV bytes</h1>" in page  # the last good page is still served
+
+    manifest.write_text(original)
+    page = wait_for(lab_url, "<h1>Sample KV bytes</h1>")
+    assert "the last rebuild failed" not in page
+
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=10) == 0
+    assert process.stdout.read().strip() == "stopped"
