@@ -1,4 +1,4 @@
-"""Benchmark: wall time of `infralens build` and `infralens check` on the real site.
+"""Benchmark: wall time of `infralens build` and `infralens check` (cold and with stored results).
 
 Prints the median, min and max of several runs of each command, run exactly as a user runs them
 (a new process each time, so interpreter and import start-up are included). Run from the
@@ -37,7 +37,9 @@ def main() -> None:
         out = str(Path(scratch) / "output")
         report("infralens build", [timed([*infralens, "build", "--out", out]) for _ in range(args.runs)])
     for jobs in (1, 2):
-        report(f"infralens check --jobs {jobs}", [timed([*infralens, "check", "--jobs", str(jobs)]) for _ in range(args.runs)])
+        cold = [timed([*infralens, "check", "--no-cache", "--jobs", str(jobs)]) for _ in range(args.runs)]
+        report(f"infralens check --no-cache -j {jobs}", cold)
+    report("infralens check (stored results)", [timed([*infralens, "check"]) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":
