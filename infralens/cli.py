@@ -18,8 +18,8 @@ from infralens.manifest import json_schemas
 from infralens.models import RunResult
 from infralens.reports import results_json, results_junit
 from infralens.results import ResultStore
-from infralens.scaffold import new_lab
 from infralens.runner import run_labs, runnable
+from infralens.scaffold import new_lab
 from infralens.schema import did_you_mean
 
 
