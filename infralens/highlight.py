@@ -49,7 +49,8 @@ def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
     lines: list[str] = []
     current: list[str] = []
     for token_type, value in lexer.get_tokens(text):
-        css = _css_class(token_type) if token_type is not Token.Text else ""
+        # Plain text and whitespace need no span: they are most tokens and would double page weight.
+        css = "" if token_type in (Token.Text, Token.Text.Whitespace) else _css_class(token_type)
         pieces = value.split("\n")
         for index, piece in enumerate(pieces):
             if index:
