@@ -47,3 +47,35 @@ def test_new_rejects_bad_requests(sample_site: Path, args: list[str], message: s
     result = run_infralens("new", *args, "--title", "T", cwd=sample_site)
     assert result.returncode == 1
     assert result.stderr.startswith(message)
+
+
+def test_a_new_contributor_end_to_end(sample_site: Path) -> None:
+    """new → edit → serve shows it → check passes it → build --strict passes."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    assert run_infralens("new", "lab-20-draft", "--track", "reading", "--title", "Draft lab", cwd=sample_site).returncode == 0
+    server = subprocess.Popen([sys.executable, "-m", "infralens", "serve", "--port", "0"], cwd=sample_site, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = server.stdout.readline().split()[1] + "labs/lab-20-draft/index.html"
+        starter = sample_site / "code/lab-20-draft/draft.py"
+        starter.write_text(starter.read_text().replace("--layers\", type=int, default=32", "--layers\", type=int, default=16"))
+        manifest = sample_site / "labs/lab-20-draft.yml"
+        manifest.write_text(manifest.read_text().replace(
+            "summary: One line for the index, saying what this lab makes concrete.",
+            "summary: KV bytes per token for a 16-layer model.",
+        ).replace("- What to notice when reading the code.", "- With 16 layers the run prints 65,536 bytes per token."))
+        deadline, page = time.monotonic() + 30, ""
+        while "With 16 layers the run prints 65,536 bytes per token." not in page:
+            assert time.monotonic() < deadline, page[:2000]
+            time.sleep(0.2)
+            page = urllib.request.urlopen(url, timeout=5).read().decode()
+    finally:
+        server.terminate()
+        server.wait()
+    check = run_infralens("check", "lab-20-draft", cwd=sample_site)
+    assert check.returncode == 0, check.stderr
+    assert run_infralens("build", "--strict", cwd=sample_site).returncode == 0
+    assert "<span class=\"run-ok\">Passed</span>" in (sample_site / "output/labs/lab-20-draft/index.html").read_text()
