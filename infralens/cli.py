@@ -14,7 +14,7 @@ from infralens.build import build as build_site
 from infralens.build import render as render_site
 from infralens.errors import InputError
 from infralens.load import load_project
-from infralens.manifest import json_schemas
+from infralens.manifest import json_schemas, reference_markdown
 from infralens.models import RunResult
 from infralens.reports import results_json, results_junit
 from infralens.results import ResultStore
@@ -102,11 +102,13 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
 @main.command()
 @click.option("--out", "out_dir", default="schema", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the schemas into.")
 def schema(out_dir: Path) -> None:
-    """Write the JSON Schemas of lab manifests and site.yml, for YAML-aware editors."""
+    """Write the JSON Schemas of lab manifests and site.yml for editors, and the Markdown reference."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, document in json_schemas().items():
         (out_dir / name).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         click.echo(f"wrote {out_dir / name}")
+    (out_dir / "reference.md").write_text(reference_markdown(), encoding="utf-8")
+    click.echo(f"wrote {out_dir / 'reference.md'}")
 
 
 @main.command()
