@@ -13,7 +13,7 @@ from infralens.errors import InputError, Mark, Problem
 from infralens.links import Link, check_links
 from infralens.load import Project, display_path, load_project
 from infralens.models import ResolvedLab, RunResult
-from infralens.render import Page, Renderer, artifact_url
+from infralens.render import Page, artifact_url, renderer_for
 from infralens.results import recorded_runs
 from infralens.validate import resolve
 from infralens.write import Copy, write_site
@@ -97,7 +97,7 @@ def check_out_dir(root: Path, out_dir: Path) -> None:
 def render_pages(templates: Path, project: Project, labs: tuple[ResolvedLab, ...], runs: dict[str, RunResult]) -> list[Page]:
     """Render every page, turning template mistakes into errors that name the template line."""
     try:
-        return Renderer(templates).render_site(project.site, labs, project.sources, runs)
+        return renderer_for(templates).render_site(project.site, labs, project.sources, runs)
     except jinja2.TemplateSyntaxError as exc:
         shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
         raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 import jinja2
@@ -186,3 +187,13 @@ class Renderer:
             raw_name=PurePosixPath(source.path).name,
         )
         return Page(path, html)
+
+
+@lru_cache(maxsize=4)
+def renderer_for(templates: Path) -> Renderer:
+    """Return the Renderer of a templates folder, kept for the life of the process.
+
+    Compiling the templates is a third of a small site's build; `serve` rebuilds in one process, so
+    it compiles them once. Jinja re-reads a template whose file changed, so edits still show.
+    """
+    return Renderer(templates)
