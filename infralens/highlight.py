@@ -1,15 +1,17 @@
 """Highlight stage: starter text → per-line HTML, tokenized once per file.
 
 Excerpts and the source view are cut from the same highlighted lines, so a file is tokenized once
-per build, and the result is memoized by content hash across builds in one process (`serve`).
+per build; the load stage keeps the result on disk by `highlight_key`, so an unchanged file is not
+tokenized again by a later build, check or serve.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import hashlib
 from pathlib import PurePosixPath
 from html import escape
 
+import pygments
 from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
 from pygments.token import STANDARD_TYPES, Token
@@ -63,14 +65,16 @@ def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
     return tuple(lines[:count]), lexer.name
 
 
-# Keyed by the lexer's choice input (the suffix) and the content, so an unchanged file is not
-# tokenized again while `serve` keeps the process alive.
-_highlight_cached = lru_cache(maxsize=512)(highlight_lines)
+def highlight_key(path: str, text: str) -> str:
+    """Name what highlighting depends on: Pygments' version, the lexer's choice and the content."""
+    digest = hashlib.sha256(f"{pygments.__version__}\0{PurePosixPath(path).suffix.lower()}\0".encode())
+    digest.update(text.encode())
+    return digest.hexdigest()[:32]
 
 
-def source_file(path: str, text: str) -> SourceFile:
-    """Highlight a starter once and return it as numbered lines."""
-    html_lines, language = _highlight_cached(path, text)
+def source_file(path: str, text: str, highlighted: tuple[tuple[str, ...], str] | None = None) -> SourceFile:
+    """Return a starter as numbered lines, highlighting it unless `highlighted` is given."""
+    html_lines, language = highlighted or highlight_lines(path, text)
     raw_lines = text.split("\n")
     if raw_lines and raw_lines[-1] == "":
         # A final newline ends the last line; it does not start another one.

@@ -6,12 +6,14 @@ one InputError with all of them.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from infralens.errors import InputError, Mark, Problems
-from infralens.highlight import source_file
+from infralens.highlight import highlight_key, source_file
 from infralens.manifest import ID_PATTERN, parse_lab, parse_site
 from infralens.models import Lab, Site, SourceFile, Starter
 
@@ -46,6 +48,28 @@ def read_text(path: Path, shown: str, problems: Problems, mark: Mark | None = No
     except OSError as exc:
         problems.add(mark or Mark(shown), f"cannot read {shown}: {exc.strerror}")
     return None
+
+
+HIGHLIGHT_CACHE = Path(".infralens") / "highlight"
+
+
+def highlighted_source(root: Path, path: str, text: str) -> SourceFile:
+    """Highlight a starter, reusing the highlighted lines stored for the same content."""
+    cached = root / HIGHLIGHT_CACHE / f"{highlight_key(path, text)}.json"
+    try:
+        lines, language = json.loads(cached.read_text(encoding="utf-8"))
+        return source_file(path, text, (tuple(lines), language))
+    except (OSError, ValueError):
+        pass
+    source = source_file(path, text)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps([[line.html for line in source.lines], source.language]), encoding="utf-8")
+        partial.replace(cached)
+    except OSError:
+        pass  # a read-only checkout still builds, just without the cache
+    return source
 
 
 def starter_file(root: Path, starter: Starter) -> Path | str:
@@ -115,7 +139,7 @@ def load_project(site_path: Path) -> Project:
                 continue
             text = read_text(real, starter.path, problems, starter.mark)
             if text is not None:
-                sources[starter.path] = source_file(starter.path, text)
+                sources[starter.path] = highlighted_source(root, starter.path, text)
     problems.raise_if_any()
     assert site is not None
     return Project(root, site, tuple(sorted(labs, key=lambda lab: lab.number)), sources)

@@ -161,3 +161,17 @@ def test_base_url_gives_every_page_a_canonical_link(sample_site: Path) -> None:
     assert run_infralens("build", cwd=sample_site).returncode == 0
     page = (sample_site / "output/labs/lab-01-sample/index.html").read_text()
     assert '<link rel="canonical" href="https://example.org/lens/labs/lab-01-sample/index.html">' in page
+
+
+def test_highlighting_is_cached_on_disk_and_a_cached_build_is_identical(sample_site: Path) -> None:
+    assert run_infralens("build", "--out", "first", cwd=sample_site).returncode == 0
+    cached = sorted((sample_site / ".infralens/highlight").glob("*.json"))
+    assert len(cached) == 2  # one per starter
+    assert run_infralens("build", "--out", "second", cwd=sample_site).returncode == 0
+    for page in (sample_site / "first").rglob("*.html"):
+        assert page.read_bytes() == (sample_site / "second" / page.relative_to(sample_site / "first")).read_bytes()
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text().replace("per_layer = 2 * kv_heads", "per_layer = 2 * kv_heads  # edited"))
+    assert run_infralens("build", "--out", "third", cwd=sample_site).returncode == 0
+    assert len(list((sample_site / ".infralens/highlight").glob("*.json"))) == 3
+    assert "# edited" in (sample_site / "third/code/lab-01-sample/kv.py.html").read_text()
