@@ -7,19 +7,15 @@ Mistral-7B-v0.1 7,241,732,096.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-01-transformer-memory/memory_accounting.py"
-spec = importlib.util.spec_from_file_location("memory_accounting", STARTER)
-memory = importlib.util.module_from_spec(spec)
-sys.modules["memory_accounting"] = memory
-spec.loader.exec_module(memory)
+memory = load_starter(STARTER)
 
 LLAMA2_7B = dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=32, vocab_size=32000, ffn_dim=11008)
 LLAMA3_8B = dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=128256, ffn_dim=14336)

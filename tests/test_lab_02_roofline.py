@@ -9,9 +9,7 @@ query in one tile, only Q, K, V and O move). Parity: both attentions against
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import xml.etree.ElementTree as ET
 from fractions import Fraction
 
@@ -19,13 +17,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-02-roofline/roofline.py"
-spec = importlib.util.spec_from_file_location("roofline", STARTER)
-roofline = importlib.util.module_from_spec(spec)
-sys.modules["roofline"] = roofline
-spec.loader.exec_module(roofline)
+roofline = load_starter(STARTER)
 
 
 def counted_flops(fn, *shapes: tuple[int, ...]) -> int:

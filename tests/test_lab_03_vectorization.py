@@ -6,19 +6,14 @@ Timings are machine-dependent and are never checked here; the starter asserts on
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-03-vectorization/vectorization.py"
-spec = importlib.util.spec_from_file_location("vectorization", STARTER)
-vectorization = importlib.util.module_from_spec(spec)
-sys.modules["vectorization"] = vectorization
-spec.loader.exec_module(vectorization)
+vectorization = load_starter(STARTER)
 
 
 def truncate_to_tf32(x: torch.Tensor) -> torch.Tensor:

@@ -8,21 +8,16 @@ paper's counts and every method to torch.softmax within 1e-12 in float64.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from functools import reduce
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-04-online-softmax/online_softmax.py"
-spec = importlib.util.spec_from_file_location("online_softmax", STARTER)
-lab = importlib.util.module_from_spec(spec)
-sys.modules["online_softmax"] = lab
-spec.loader.exec_module(lab)
+lab = load_starter(STARTER)
 
 TOLERANCE = 1e-12
 

@@ -8,20 +8,15 @@ overflow an exp() that skipped the running max.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-05-flash-attention-cpu/flash_attention_cpu.py"
-spec = importlib.util.spec_from_file_location("flash_attention_cpu", STARTER)
-flash = importlib.util.module_from_spec(spec)
-sys.modules["flash_attention_cpu"] = flash
-spec.loader.exec_module(flash)
+flash = load_starter(STARTER)
 
 
 @pytest.fixture(autouse=True, scope="module")

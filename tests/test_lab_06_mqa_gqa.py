@@ -8,19 +8,14 @@ token are the widely quoted 524,288 B (Llama-2-7B) and 131,072 B (Llama-3-8B, Mi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-06-mqa-gqa/mqa_gqa.py"
-spec = importlib.util.spec_from_file_location("mqa_gqa", STARTER)
-lab = importlib.util.module_from_spec(spec)
-sys.modules["mqa_gqa"] = lab
-spec.loader.exec_module(lab)
+lab = load_starter(STARTER)
 
 # name: (layers, query heads, kv heads, head_dim, bf16 KV bytes per token)
 PUBLISHED = {

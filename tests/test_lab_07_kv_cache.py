@@ -8,19 +8,14 @@ cache is 524,288 bytes per token, exactly 1 GiB at 2,048 tokens.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-07-kv-cache/kv_cache.py"
-spec = importlib.util.spec_from_file_location("kv_cache", STARTER)
-kv = importlib.util.module_from_spec(spec)
-sys.modules["kv_cache"] = kv
-spec.loader.exec_module(kv)
+kv = load_starter(STARTER)
 
 PUBLISHED = {  # name: (hidden_size, num_attention_heads, num_key_value_heads, num_hidden_layers)
     "Llama-2-7B": (4096, 32, 32, 32),

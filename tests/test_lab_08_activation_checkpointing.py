@@ -7,21 +7,16 @@ bytes, with 16-bit activations and 1-byte dropout masks; full recomputation keep
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-08-activation-checkpointing/activation_checkpointing.py"
-spec = importlib.util.spec_from_file_location("activation_checkpointing", STARTER)
-lab = importlib.util.module_from_spec(spec)
-sys.modules["activation_checkpointing"] = lab
-spec.loader.exec_module(lab)
+lab = load_starter(STARTER)
 
 
 @pytest.mark.parametrize(

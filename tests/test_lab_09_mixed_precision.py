@@ -9,19 +9,14 @@ defaults (init_scale 2^16, growth_factor 2, backoff_factor 0.5) are those of PyT
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-09-mixed-precision/mixed_precision.py"
-spec = importlib.util.spec_from_file_location("mixed_precision", STARTER)
-mixed = importlib.util.module_from_spec(spec)
-sys.modules["mixed_precision"] = mixed
-spec.loader.exec_module(mixed)
+mixed = load_starter(STARTER)
 
 
 @pytest.mark.parametrize(

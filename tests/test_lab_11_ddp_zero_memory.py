@@ -9,7 +9,6 @@ and 8x for P_os+g as N_d grows, and a 1.5B-parameter model needs at least 24 GB 
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import subprocess
 import sys
@@ -17,13 +16,10 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-11-ddp-zero-memory/ddp_zero_memory.py"
-spec = importlib.util.spec_from_file_location("ddp_zero_memory", STARTER)
-ddp_zero = importlib.util.module_from_spec(spec)
-sys.modules["ddp_zero_memory"] = ddp_zero
-spec.loader.exec_module(ddp_zero)
+ddp_zero = load_starter(STARTER)
 
 FIGURE_1_GB = {
     "DDP (replicated)": 120.0,

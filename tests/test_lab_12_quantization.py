@@ -10,19 +10,14 @@ so head_dim 128 and an fp16 KV cache of 524,288 bytes per token, as lab 07 also 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-12-quantization/quantization.py"
-spec = importlib.util.spec_from_file_location("quantization", STARTER)
-quant = importlib.util.module_from_spec(spec)
-sys.modules["quantization"] = quant
-spec.loader.exec_module(quant)
+quant = load_starter(STARTER)
 
 LLAMA2_7B = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
              "hidden_size": 4096}

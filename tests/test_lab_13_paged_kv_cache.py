@@ -6,20 +6,15 @@ allocator's behaviour on small hand-traceable cases and the default run's printe
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-13-paged-kv-cache/paged_kv_cache.py"
-spec = importlib.util.spec_from_file_location("paged_kv_cache", STARTER)
-paged = importlib.util.module_from_spec(spec)
-sys.modules["paged_kv_cache"] = paged
-spec.loader.exec_module(paged)
+paged = load_starter(STARTER)
 
 SMALL = paged.Config(num_requests=6, block_size=4, max_seq_len=64, shared_prefix=10, vocab_size=50)
 

@@ -12,20 +12,15 @@ num_attention_heads 32, num_key_value_heads 32, num_hidden_layers 32, max_positi
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_starter
 
 STARTER = REPO / "code/lab-14-positional-encodings/positional_encodings.py"
-spec = importlib.util.spec_from_file_location("positional_encodings", STARTER)
-lab = importlib.util.module_from_spec(spec)
-sys.modules["positional_encodings"] = lab
-spec.loader.exec_module(lab)
+lab = load_starter(STARTER)
 
 F64 = torch.float64
 
