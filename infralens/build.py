@@ -16,7 +16,7 @@ from infralens.models import ResolvedLab, RunResult
 from infralens.render import Page, artifact_url, renderer_for
 from infralens.results import recorded_runs
 from infralens.validate import resolve
-from infralens.write import Copy, write_site
+from infralens.write import Copy, write_in_place, write_site
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,19 @@ class Site:
         return check_links(self.pages, {copy.dest for copy in self.copies})
 
 
-def render(site_path: Path) -> Site:
-    """Load, validate, resolve and render the site without writing anything."""
+def render(site_path: Path, only: frozenset[str] | None = None) -> Site:
+    """Load, validate, resolve and render the site without writing anything.
+
+    With `only` (lab ids), render just the pages a change to those labs' starters affects.
+    """
     project = load_project(site_path)
     labs = resolve(project)
     runs = recorded_runs(project.root, [starter for lab in project.labs for starter in lab.starters])
     templates = theme_dir(project.root)
-    pages = render_pages(templates, project, labs, {path: result for path, (result, _) in runs.items()})
+    pages = render_pages(templates, project, labs, {path: result for path, (result, _) in runs.items()}, only)
+    if only is not None:
+        owned = {starter.path for lab in project.labs if lab.id in only for starter in lab.starters}
+        return Site(project, labs, pages, [Copy(project.root / path, path) for path in sorted(owned)])
     copies = [Copy(project.root / path, path) for path in project.sources]
     copies += [
         Copy(folder / name, artifact_url(result.lab, name))
@@ -77,6 +83,18 @@ def build(site_path: Path, out_dir: Path, *, strict: bool = False) -> BuildSumma
     return BuildSummary(len(site.labs), len(site.pages), len(site.copies), time.perf_counter() - started, out_dir)
 
 
+def update(site_path: Path, out_dir: Path, lab_ids: frozenset[str]) -> BuildSummary:
+    """Re-render only what a change to these labs' starters affects, writing the pages in place.
+
+    For `serve`: the full site must already be in out_dir. Validation still covers the whole site,
+    so an error anywhere is reported as in a full build.
+    """
+    started = time.perf_counter()
+    site = render(site_path, only=lab_ids)
+    write_in_place(out_dir, site.pages, site.copies)
+    return BuildSummary(len(lab_ids), len(site.pages), len(site.copies), time.perf_counter() - started, out_dir)
+
+
 DEFAULT_THEME = Path(__file__).resolve().parent.parent / "templates"
 """The repository's own templates/, used by a site that has no templates/ of its own."""
 
@@ -94,10 +112,12 @@ def check_out_dir(root: Path, out_dir: Path) -> None:
         raise InputError([Problem(Mark(str(out_dir)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
 
 
-def render_pages(templates: Path, project: Project, labs: tuple[ResolvedLab, ...], runs: dict[str, RunResult]) -> list[Page]:
-    """Render every page, turning template mistakes into errors that name the template line."""
+def render_pages(
+    templates: Path, project: Project, labs: tuple[ResolvedLab, ...], runs: dict[str, RunResult], only: frozenset[str] | None = None
+) -> list[Page]:
+    """Render the pages, turning template mistakes into errors that name the template line."""
     try:
-        return renderer_for(templates).render_site(project.site, labs, project.sources, runs)
+        return renderer_for(templates).render_site(project.site, labs, project.sources, runs, only)
     except jinja2.TemplateSyntaxError as exc:
         shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
         raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None

@@ -126,9 +126,18 @@ class Renderer:
         return Markup(self.markdown.renderInline(text))
 
     def render_site(
-        self, site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile], runs: dict[str, RunResult]
+        self,
+        site: Site,
+        labs: tuple[ResolvedLab, ...],
+        sources: dict[str, SourceFile],
+        runs: dict[str, RunResult],
+        only: frozenset[str] | None = None,
     ) -> list[Page]:
-        """Render every page of the site; `runs` holds the recorded run of each starter's current version."""
+        """Render the site's pages; `runs` holds the recorded run of each starter's current version.
+
+        With `only`, render just the index and the pages of those labs (their lab pages and source
+        views): what a change to their starters can affect.
+        """
         ordered = [r.lab for r in labs]
         # The navigation is the same on every lab page except for which entry is current, so it is
         # rendered once and the current entry marked by a string replacement: rendering it inside
@@ -138,15 +147,19 @@ class Renderer:
         bindings: dict[str, list[Binding]] = {path: [] for path in sources}
         for index, resolved in enumerate(labs):
             lab = resolved.lab
+            for block in resolved.excerpt.key_blocks:
+                bindings[resolved.excerpt.starter].append(Binding(lab, block))
+            if only is not None and lab.id not in only:
+                continue
             page_nav = nav.replace(f'data-lab="{lab.id}"', f'data-lab="{lab.id}" aria-current="page"', 1)
             previous_lab = ordered[index - 1] if index > 0 else None
             next_lab = ordered[index + 1] if index + 1 < len(ordered) else None
             pages.append(self.render_lab(site, resolved, runs, Markup(page_nav), previous_lab, next_lab))
-            for block in resolved.excerpt.key_blocks:
-                bindings[resolved.excerpt.starter].append(Binding(lab, block))
         owners = {starter.path: (lab, starter) for lab in ordered for starter in lab.starters}
         for path, source in sources.items():
             lab, starter = owners[path]
+            if only is not None and lab.id not in only:
+                continue
             pages.append(self.render_source(site, lab, starter, source, tuple(bindings[path])))
         return pages
 

@@ -1,4 +1,4 @@
-"""Serve: build, serve output/ on 127.0.0.1, rebuild when an input changes, reload open pages.
+"""Serve: build, serve output/ on 127.0.0.1, rebuild what an input change affects, reload open pages.
 
 The server is the only long-lived part of InfraLens. A failed rebuild keeps the last good site
 on disk (build never touches output/ on error) and shows its `path:line:col` errors in every page
@@ -17,7 +17,7 @@ from html import escape
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from infralens.build import build
+from infralens.build import build, update
 from infralens.errors import InputError
 
 STATE_PATH = "/__infralens/state"
@@ -74,13 +74,33 @@ def snapshot_inputs(root: Path) -> dict[str, float]:
     return stamps
 
 
-def rebuild(site_path: Path, out_dir: Path, state: BuildState, log) -> None:
-    """Build once and record the outcome."""
+def affected_labs(root: Path, changed: set[str]) -> frozenset[str] | None:
+    """Return the labs whose starters alone changed, or None when the change needs a full build.
+
+    A file under code/<lab-id>/ can only change that lab's page, its source views and the index's
+    run status; a manifest, site.yml or template change can change every page (the navigation).
+    """
+    labs = set()
+    for path in changed:
+        parts = Path(path).relative_to(root).parts
+        if len(parts) < 3 or parts[0] != "code" or not (root / "labs" / f"{parts[1]}.yml").is_file():
+            return None
+        labs.add(parts[1])
+    return frozenset(labs)
+
+
+def rebuild(site_path: Path, out_dir: Path, state: BuildState, log, changed: set[str] | None = None) -> None:
+    """Build once, or only the affected pages when the last build succeeded, and record the outcome."""
     started = time.perf_counter()
+    labs = affected_labs(site_path.parent, changed) if changed and not state.snapshot()["errors"] and state.version else None
     try:
-        summary = build(site_path, out_dir)
+        if labs:
+            summary = update(site_path, out_dir, labs)
+            log(f"updated {summary.pages} pages of {', '.join(sorted(labs))} in {summary.seconds * 1000:.0f} ms")
+        else:
+            summary = build(site_path, out_dir)
+            log(f"rebuilt {summary.labs} labs in {summary.seconds * 1000:.0f} ms")
         errors = []
-        log(f"rebuilt {summary.labs} labs in {summary.seconds * 1000:.0f} ms")
     except InputError as exc:
         errors = [str(problem) for problem in exc.problems]
         for line in errors:
@@ -158,8 +178,9 @@ def serve(site_path: Path, out_dir: Path, port: int, log, ready=None, stop: thre
         while not stop.wait(0.25):
             current = snapshot_inputs(root)
             if current != stamps:
+                changed = {path for path in current.keys() | stamps.keys() if current.get(path) != stamps.get(path)}
                 stamps = current
-                rebuild(site_path, out_dir, state, log)
+                rebuild(site_path, out_dir, state, log, changed)
     finally:
         server.shutdown()
         server.server_close()

@@ -24,20 +24,39 @@ class Copy:
     dest: str
 
 
+def write_files(folder: Path, pages: list[Page], copies: list[Copy]) -> None:
+    """Write pages and copies under folder."""
+    for page in pages:
+        target = folder / page.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page.html, encoding="utf-8")
+    for copy in copies:
+        target = folder / copy.dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(copy.source, target)
+
+
+def write_in_place(out_dir: Path, pages: list[Page], copies: list[Copy]) -> None:
+    """Overwrite some files of an existing site, each file replaced whole (for `serve`)."""
+    for page in pages:
+        target = out_dir / page.path
+        partial = target.with_name(f".{target.name}.new")
+        partial.write_text(page.html, encoding="utf-8")
+        partial.replace(target)
+    for copy in copies:
+        target = out_dir / copy.dest
+        partial = target.with_name(f".{target.name}.new")
+        shutil.copyfile(copy.source, partial)
+        partial.replace(target)
+
+
 def write_site(out_dir: Path, pages: list[Page], copies: list[Copy]) -> None:
     """Write pages and copies into a new folder and swap it in for out_dir."""
     out_dir = out_dir.absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
     try:
-        for page in pages:
-            target = staging / page.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(page.html, encoding="utf-8")
-        for copy in copies:
-            target = staging / copy.dest
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(copy.source, target)
+        write_files(staging, pages, copies)
         os.chmod(staging, 0o755)  # mkdtemp makes it private; a site is meant to be served
         swap_in(staging, out_dir)
     except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -75,3 +76,8 @@ def test_serve_rebuilds_on_change_shows_errors_and_recovers(server, sample_site:
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=10) == 0
     assert process.stdout.read().strip() == "stopped"
+    log = process.stderr.read()
+    # The starter edit re-rendered only its lab (index, lab page, source view); the manifest edits
+    # rebuilt everything.
+    assert re.search(r"^updated 3 pages of lab-01-sample in \d+ ms$", log, re.M), log
+    assert re.search(r"^rebuilt 2 labs in \d+ ms$", log, re.M), log
