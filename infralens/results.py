@@ -79,9 +79,6 @@ class ResultStore:
         except (OSError, ValueError, TypeError, KeyError):
             return None
 
-    def artifact(self, key: str, name: str) -> Path:
-        return self.slot(key) / name
-
 
 def recorded_runs(root: Path, starters: list[Starter]) -> dict[str, tuple[RunResult, Path]]:
     """Return, for each starter whose current version has a stored result, that result and its folder."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 import os
 import shutil
 import subprocess
@@ -36,6 +37,26 @@ def load_starter(path: Path) -> ModuleType:
     sys.modules[path.stem] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def torch_threads(count: int):
+    """Run a block with torch on `count` threads, as several starters do, then restore the setting."""
+    import torch  # here, so tests that never touch torch do not pay for importing it
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test's in-process torch work on one thread."""
+    with torch_threads(1):
+        yield
 
 
 def run_infralens(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

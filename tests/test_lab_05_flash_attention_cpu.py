@@ -13,19 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO, load_starter
+from conftest import REPO, load_starter, torch_threads
 
 STARTER = REPO / "code/lab-05-flash-attention-cpu/flash_attention_cpu.py"
 flash = load_starter(STARTER)
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
+def one_thread_for_module():
     """Run these tiny tiles on one thread, as the starter does, and restore the setting after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 SHAPES = [  # (heads, seq_len, head_dim, block_q, block_k)

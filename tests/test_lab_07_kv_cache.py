@@ -24,14 +24,6 @@ PUBLISHED = {  # name: (hidden_size, num_attention_heads, num_key_value_heads, n
 GiB = 2**30
 
 
-@pytest.fixture
-def one_thread():
-    """Run in-process decodes on one thread, as the starter does, and restore the setting after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_reference_models_match_the_published_configs(name: str) -> None:

@@ -19,14 +19,6 @@ paged = load_starter(STARTER)
 SMALL = paged.Config(num_requests=6, block_size=4, max_seq_len=64, shared_prefix=10, vocab_size=50)
 
 
-@pytest.fixture
-def one_thread():
-    """Run in-process work on one thread, as the starter does, and restore the setting after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def admit(cache, model, rid: int, prompt: list[int]) -> int:
     """Admit a request the way the simulation does: attach cached blocks, prefill the rest."""

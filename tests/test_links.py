@@ -40,7 +40,7 @@ def test_strict_build_fails_on_a_broken_link_and_links_reports_it(sample_site: P
     assert not (sample_site / "strict-out").exists()
     report = run_infralens("links", cwd=sample_site)
     assert report.returncode == 1
-    assert f"output/labs/lab-01-sample/index.html:" in report.stderr and problem in report.stderr
+    assert "output/labs/lab-01-sample/index.html:" in report.stderr and problem in report.stderr
     assert report.stdout.endswith(": 1 broken\n")
 
 
