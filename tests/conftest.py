@@ -87,3 +87,89 @@ def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_infralens("build", "--out", str(out), cwd=REPO)
     assert result.returncode == 0, result.stderr
     return out
+
+
+# --- Real Chromium --------------------------------------------------------------------------------
+# Debian's /usr/bin/chromium, installed by scripts/install-browser-deps; Playwright's own browser
+# download is never used. The flags keep Chromium from reaching for Google's hosts, which this
+# machine's closed network refuses.
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for the whole session."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def site_url(real_site: Path):
+    """The real site served over HTTP on 127.0.0.1, as a reader's browser would fetch it."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(real_site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class Tab:
+    """A browser tab that records console errors, page errors and requests that leave the site."""
+
+    def __init__(self, context, base: str) -> None:
+        self.context = context
+        self.base = base
+        self.errors: list[str] = []
+        self.external: list[str] = []
+        self.page = context.new_page()
+        self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on("request", self._request)
+
+    def _request(self, request) -> None:
+        if not (request.url.startswith(self.base) or request.url.startswith(("data:", "about:", "blob:"))):
+            self.external.append(request.url)
+
+    def goto(self, path: str):
+        self.page.goto(self.base + path)
+        return self.page
+
+
+@pytest.fixture
+def open_tab(chromium, site_url: str):
+    """Open tabs on the served site: open_tab(width=1280, js=True, scheme='light') → Tab."""
+    contexts = []
+
+    def open_one(width: int = 1280, height: int = 900, js: bool = True, scheme: str = "light", **options) -> Tab:
+        context = chromium.new_context(
+            viewport={"width": width, "height": height}, java_script_enabled=js, color_scheme=scheme, **options
+        )
+        # Anything outside the site is refused, so a stray CDN link fails loudly instead of hanging.
+        context.route(lambda url: not url.startswith(site_url), lambda route: route.abort())
+        contexts.append(context)
+        return Tab(context, site_url)
+
+    yield open_one
+    for context in contexts:
+        context.close()

@@ -83,30 +83,21 @@ def test_serve_rebuilds_on_change_shows_errors_and_recovers(server, sample_site:
     assert re.search(r"^rebuilt 2 labs in \d+ ms$", log, re.M), log
 
 
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-]
-
-
-def test_an_open_page_reloads_itself_after_a_change_in_real_chromium(server, sample_site: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_an_open_page_reloads_itself_after_a_change_in_real_chromium(server, sample_site: Path, chromium) -> None:
     process, base = server
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(base + "labs/lab-01-sample/index.html")
-            assert page.text_content("h1") == "Sample KV bytes"
-            page.wait_for_timeout(600)  # let the reload script see the current version first
-            manifest = sample_site / "labs/lab-01-sample.yml"
-            manifest.write_text(manifest.read_text().replace("title: Sample KV bytes", "title: Reloaded KV bytes"))
-            # No navigation from the test: only the page's own script can bring the new title.
-            page.wait_for_function("document.querySelector('h1').textContent === 'Reloaded KV bytes'", timeout=20000)
-            assert errors == []
-        finally:
-            browser.close()
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(base + "labs/lab-01-sample/index.html")
+        assert page.text_content("h1") == "Sample KV bytes"
+        page.wait_for_timeout(600)  # let the reload script see the current version first
+        manifest = sample_site / "labs/lab-01-sample.yml"
+        manifest.write_text(manifest.read_text().replace("title: Sample KV bytes", "title: Reloaded KV bytes"))
+        # No navigation from the test: only the page's own script can bring the new title.
+        page.wait_for_function("document.querySelector('h1').textContent === 'Reloaded KV bytes'", timeout=20000)
+        assert errors == []
+    finally:
+        context.close()
