@@ -28,6 +28,14 @@ _ALIASES = {
 }
 
 
+PLAIN = frozenset({"n", "p", "o"})
+"""Token classes shown as plain text, so they get no span: plain names, punctuation and operators
+are most of a Python file's tokens, and their spans were a third of a lab page's weight."""
+
+FORMAT = "3"
+"""Version of the HTML highlight_lines writes; part of highlight_key, so a change re-highlights."""
+
+
 def lexer_for(path: str) -> Lexer:
     """Pick a lexer by file name; unknown kinds are shown as plain text."""
     options = {"stripnl": False, "stripall": False, "ensurenl": False, "tabsize": 0}
@@ -45,21 +53,33 @@ def _css_class(token_type) -> str:
     return STANDARD_TYPES[token_type]
 
 
+def merged(tokens) -> list[tuple[str, str]]:
+    """Turn Pygments tokens into (CSS class, text) runs, neighbours of the same class joined."""
+    runs: list[tuple[str, str]] = []
+    for token_type, value in tokens:
+        css = "" if token_type in (Token.Text, Token.Text.Whitespace) else _css_class(token_type)
+        if css in PLAIN:
+            css = ""
+        if runs and runs[-1][0] == css:
+            runs[-1] = (css, runs[-1][1] + value)
+        else:
+            runs.append((css, value))
+    return runs
+
+
 def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
     """Return the HTML of each line of `text`, and the language name."""
     lexer = lexer_for(path)
     lines: list[str] = []
     current: list[str] = []
-    for token_type, value in lexer.get_tokens(text):
-        # Plain text and whitespace need no span: they are most tokens and would double page weight.
-        css = "" if token_type in (Token.Text, Token.Text.Whitespace) else _css_class(token_type)
+    for token_type, value in merged(lexer.get_tokens(text)):
         pieces = value.split("\n")
         for index, piece in enumerate(pieces):
             if index:
                 lines.append("".join(current))
                 current = []
             if piece:
-                current.append(f'<span class="{css}">{escape(piece)}</span>' if css else escape(piece))
+                current.append(f'<span class="{token_type}">{escape(piece)}</span>' if token_type else escape(piece))
     lines.append("".join(current))
     count = len(text.split("\n"))
     return tuple(lines[:count]), lexer.name
@@ -67,7 +87,7 @@ def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
 
 def highlight_key(path: str, text: str) -> str:
     """Name what highlighting depends on: Pygments' version, the lexer's choice and the content."""
-    digest = hashlib.sha256(f"{pygments.__version__}\0{PurePosixPath(path).suffix.lower()}\0".encode())
+    digest = hashlib.sha256(f"{FORMAT}\0{pygments.__version__}\0{PurePosixPath(path).suffix.lower()}\0".encode())
     digest.update(text.encode())
     return digest.hexdigest()[:32]
 

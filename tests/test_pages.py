@@ -22,7 +22,7 @@ def visible_text(fragment: str) -> str:
 
 def code_lines(page: str) -> list[tuple[int, str]]:
     """(line number, text) of every row of every listing on a page."""
-    rows = re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*>.*?<span class="lc">(.*?)</span>\n</span>', page, re.S)
+    rows = re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*>(.*?)\n</span>', page, re.S)
     return [(int(number), visible_text(body)) for number, body in rows]
 
 
