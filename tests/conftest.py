@@ -173,3 +173,19 @@ def open_tab(chromium, site_url: str):
     yield open_one
     for context in contexts:
         context.close()
+
+
+SCREENSHOTS = REPO / ".infralens" / "screenshots"
+"""Where the browser tests leave their screenshots (git-ignored); the end of a run prints it."""
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    shots = sorted(SCREENSHOTS.glob("*.png")) if SCREENSHOTS.is_dir() else []
+    if shots:
+        terminalreporter.write_line(f"screenshots: {SCREENSHOTS} ({', '.join(p.name for p in shots)})")

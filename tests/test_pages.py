@@ -44,7 +44,7 @@ def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     assert f"Lab {lab.number:02d}" in page
     assert f"<h1>{html.escape(lab.title)}</h1>" in page
-    ids = re.findall(r'<section class="section [^"]+" id="([^"]+)"', page)
+    ids = re.findall(r'<section class="section" id="([^"]+)"', page)
     assert ids == [sid.replace("_", "-") for sid, _, _ in SECTIONS]
     eyebrows = re.findall(r'<p class="eyebrow">([^<]+)</p>\s*<h2 id="[^"]+-title">([^<]+)</h2>', page)
     assert [e for e, _ in eyebrows] == [eyebrow for _, eyebrow, _ in SECTIONS]
@@ -66,9 +66,9 @@ def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site:
 def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     for spec in lab.key_blocks:
-        match = re.search(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#L(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
+        match = re.search(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#L(\d+)" data-lines="[\d-]+">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
         assert match, spec.name
-    notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<a href="#L(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
+    notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<a href="#L(\d+)" data-lines="[\d-]+">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
     assert len(notes) == len(lab.key_blocks)
     marked = {int(n): kb.split() for n, kb in re.findall(r'id="L(\d+)" data-kb="([^"]+)"', page)}
     for slug, href, first, last in notes:
@@ -96,3 +96,41 @@ def test_pages_reference_nothing_outside_the_site(real_site: Path) -> None:
         assert not re.search(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(?:https?:)?//', text), page
         for href in re.findall(r'<link[^>]+href="([^"]+)"', text):
             assert (page.parent / href).resolve().is_file(), (page, href)
+
+
+def shown_numbers(page: str) -> list[tuple[int, int]]:
+    """(id number, number the CSS counter shows) for each row of a page's excerpt.
+
+    An excerpt's numbers are the counter `ln`: reset on <code>, incremented by every row, then set
+    by a row after a gap (CSS applies counter-set after counter-increment).
+    """
+    code = re.search(r'<pre class="code[^"]*"[^>]*><code style="counter-reset:ln (\d+)">(.*?)</code></pre>', page, re.S)
+    value = int(code.group(1))
+    pairs = []
+    for number, style in re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*?(?: style="counter-set:ln (\d+)")?>', code.group(2)):
+        value = int(style) if style else value + 1
+        pairs.append((int(number), value))
+    return pairs
+
+
+def test_excerpt_numbers_stay_true_across_hidden_marker_lines(sample_site: Path) -> None:
+    from conftest import run_infralens
+
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    text = starter.read_text()
+    first = "    per_layer = 2 * kv_heads * head_dim  # one K and one V vector per KV head\n"
+    starter.write_text(text.replace(first, first + "    # region inner\n    inner = 1\n    # endregion\n"))
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace('lines: "10"', 'lines: "13"'))
+    result = run_infralens("build", cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    page = (sample_site / "output/labs/lab-01-sample/index.html").read_text()
+    pairs = shown_numbers(page)
+    assert [n for n, _ in pairs] == [9, 11, 13]  # lines 10 and 12 are the hidden markers
+    assert all(number == shown for number, shown in pairs), pairs
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_excerpt_numbers_shown_are_the_row_numbers(lab, real_site: Path) -> None:
+    pairs = shown_numbers((real_site / "labs" / lab.id / "index.html").read_text())
+    assert pairs and all(number == shown for number, shown in pairs)

@@ -1,0 +1,227 @@
+"""The reader in real Chromium: key blocks and lines, deep links, theme, copy, navigation, no JS."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from infralens.load import load_project
+from infralens.models import SECTIONS
+from infralens.validate import resolve
+
+PROJECT = load_project(REPO / "site.yml")
+RESOLVED = {r.lab.id: r for r in resolve(PROJECT)}
+LAB = RESOLVED["lab-13-paged-kv-cache"]
+LAB_PAGE = f"labs/{LAB.lab.id}/index.html"
+
+
+def shown_lines(block) -> list[str]:
+    """Ids of the excerpt rows a key block covers."""
+    return [f"L{line.number}" for line in LAB.excerpt.lines if block.first <= line.number <= block.last]
+
+
+def selected(page) -> list[str]:
+    return page.eval_on_selector_all(".excerpt .row.sel, .page-source .row.sel", "rows => rows.map(r => r.id)")
+
+
+def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(open_tab) -> None:
+    tab = open_tab()
+    page = tab.goto(LAB_PAGE)
+    block = LAB.excerpt.key_blocks[1]
+    assert len(shown_lines(block)) > 1
+    page.click(f"#kb-{block.slug} .kb-link")
+    assert selected(page) == shown_lines(block)
+    assert page.evaluate("location.hash") == f"#kb-{block.slug}"
+    panel = page.locator(".kb-panel")
+    assert panel.is_visible()
+    assert block.name in panel.inner_text()
+    assert page.locator(f"#kb-{block.slug} .kb-note").inner_text().split()[:6] == page.locator(".kb-panel-note").inner_text().split()[:6]
+    # The first selected line is scrolled into view.
+    assert page.evaluate(f"(() => {{ const r = document.getElementById('{shown_lines(block)[0]}').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }})()")
+
+    # Keyboard: focus another block's link and press Enter.
+    other = LAB.excerpt.key_blocks[2]
+    page.focus(f"#kb-{other.slug} .kb-link")
+    page.keyboard.press("Enter")
+    assert selected(page) == shown_lines(other)
+    page.click(".kb-panel-prev")
+    assert selected(page) == shown_lines(block)
+    assert tab.errors == []
+
+
+def test_clicking_a_highlighted_line_shows_its_note(open_tab) -> None:
+    tab = open_tab()
+    page = tab.goto(LAB_PAGE)
+    block = LAB.excerpt.key_blocks[3]
+    line = shown_lines(block)[-1]
+    assert page.locator(".kb-panel").is_hidden()
+    page.locator(f"#{line}").click(position={"x": 300, "y": 5})
+    assert page.locator(".kb-panel").is_visible()
+    assert block.name in page.locator(".kb-panel-head").inner_text()
+    assert page.locator(f"#kb-{block.slug}").get_attribute("class") == "key-block active"
+    assert selected(page) == shown_lines(block)
+    page.click(".kb-panel-close")
+    assert selected(page) == [] and page.locator(".kb-panel").is_hidden()
+    assert tab.errors == []
+
+
+def test_a_key_block_deep_link_restores_the_selection_on_load(open_tab) -> None:
+    tab = open_tab()
+    block = LAB.excerpt.key_blocks[4]
+    page = tab.goto(f"{LAB_PAGE}#kb-{block.slug}")
+    page.wait_for_function("document.querySelector('.row.sel') !== null")
+    assert selected(page) == shown_lines(block)
+    assert block.name in page.locator(".kb-panel").inner_text()
+    page.wait_for_timeout(200)  # the reveal runs after the browser's own jump to the fragment
+    first = shown_lines(block)[0]
+    assert page.evaluate(f"(() => {{ const r = document.getElementById('{first}').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }})()")
+    assert tab.errors == []
+
+
+def test_line_ranges_link_and_restore_on_the_source_view(open_tab) -> None:
+    tab = open_tab()
+    source = f"{LAB.excerpt.starter}.html"
+    page = tab.goto(f"{source}#L20-L24")
+    assert selected(page) == [f"L{n}" for n in range(20, 25)]
+    page.click("#L30 .ln")
+    page.click("#L33 .ln", modifiers=["Shift"])
+    assert selected(page) == [f"L{n}" for n in range(30, 34)]
+    assert page.evaluate("location.hash") == "#L30-L33"
+    page.reload()
+    assert selected(page) == [f"L{n}" for n in range(30, 34)]
+    # "Lines with notes" selects the block's whole range.
+    block = LAB.excerpt.key_blocks[1]
+    page.click(f'.bound-notes a[data-lines="{block.first}-{block.last}"]')
+    assert selected(page) == [f"L{n}" for n in range(block.first, block.last + 1)]
+    assert tab.errors == []
+
+
+def background(page) -> str:
+    return page.evaluate("getComputedStyle(document.body).backgroundColor")
+
+
+def test_the_theme_follows_the_os_and_a_choice_persists_across_reload(open_tab) -> None:
+    tab = open_tab(scheme="light")
+    page = tab.goto(LAB_PAGE)
+    light = background(page)
+    toggle = page.locator(".theme-toggle")
+    assert toggle.is_visible() and toggle.get_attribute("aria-pressed") == "false"
+    toggle.click()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    dark = background(page)
+    assert dark != light
+    page.reload()
+    assert background(page) == dark and toggle.get_attribute("aria-pressed") == "true"
+    tab.goto("index.html")  # the choice holds on every page of the site
+    assert background(page) == dark
+    toggle.click()
+    page.reload()
+    assert background(page) == light
+
+    os_dark = open_tab(scheme="dark").goto(LAB_PAGE)
+    assert background(os_dark) == dark
+    assert os_dark.locator(".theme-toggle").get_attribute("aria-pressed") == "true"
+
+
+def test_navigation_folds_and_works_at_375_px(open_tab) -> None:
+    tab = open_tab(width=375, height=740)
+    page = tab.goto(LAB_PAGE)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375  # nothing overflows sideways
+    nav_list = page.locator(".sidenav ul").first
+    assert nav_list.is_hidden()  # folded above the content
+    page.click(".sidenav summary")
+    assert nav_list.is_visible()
+    target = PROJECT.labs[0]
+    page.click(f'.sidenav a[data-lab="{target.id}"]')
+    page.wait_for_url(f"**/labs/{target.id}/index.html")
+    assert page.locator(f'.sidenav a[data-lab="{target.id}"]').get_attribute("aria-current") == "page"
+    page.click(".pager-next")
+    assert page.locator("h1").inner_text() == PROJECT.labs[1].title
+    assert tab.errors == []
+
+
+def test_the_copy_button_copies_the_code_without_line_numbers(open_tab) -> None:
+    tab = open_tab(permissions=["clipboard-read", "clipboard-write"])
+    page = tab.goto(LAB_PAGE)
+    page.click(".excerpt .copy")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    expected = "".join(line.text + "\n" for line in LAB.excerpt.lines)
+    assert copied == expected
+    assert page.locator(".excerpt .copy").inner_text() == "Copied"
+
+    page = tab.goto(f"{LAB.excerpt.starter}.html")
+    page.click("pre.code + .copy")
+    assert page.evaluate("navigator.clipboard.readText()") == (REPO / LAB.excerpt.starter).read_text()
+    assert tab.errors == []
+
+
+@pytest.mark.parametrize("lab_id", sorted(RESOLVED))
+def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) -> None:
+    resolved = RESOLVED[lab_id]
+    tab = open_tab(js=False)
+    page = tab.goto(f"labs/{lab_id}/index.html")
+    for sid, _, _ in SECTIONS:
+        assert page.locator(f"#{sid.replace('_', '-')}").is_visible()
+    for block in resolved.excerpt.key_blocks:
+        note = page.locator(f"#kb-{block.slug}")
+        assert note.is_visible()
+        lines = note.locator(".kb-lines").inner_text()
+        assert str(block.first) in lines and str(block.last) in lines
+        assert note.locator(".kb-lines a", has_text="in the full file").get_attribute("href").endswith(f".html#L{block.first}")
+    # Controls that need JS stay out of the way.
+    assert page.locator(".theme-toggle").is_hidden()
+    assert page.locator(".copy").count() == 0
+    # Every bound line is marked without JS.
+    bound = page.eval_on_selector_all(".excerpt .row.bound", "rows => rows.map(r => r.id)")
+    expected = sorted({f"L{line.number}" for b in resolved.excerpt.key_blocks for line in resolved.excerpt.lines if b.first <= line.number <= b.last}, key=lambda s: int(s[1:]))
+    assert bound == expected
+    assert tab.external == []
+
+
+def pages_of_the_site(real_site: Path) -> list[str]:
+    return sorted(str(p.relative_to(real_site)) for p in real_site.rglob("*.html"))
+
+
+def test_no_page_logs_a_console_error_or_fetches_off_site(open_tab, real_site: Path) -> None:
+    tab = open_tab()
+    for path in pages_of_the_site(real_site):
+        tab.goto(path)
+        tab.page.wait_for_load_state("networkidle")
+    assert tab.errors == []
+    assert tab.external == []
+
+
+AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("path", ["index.html", LAB_PAGE, f"{LAB.excerpt.starter}.html", "labs/lab-10-memory-optimization-reading/index.html"])
+def test_axe_core_finds_no_violations(open_tab, path: str, scheme: str) -> None:
+    assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
+    tab = open_tab(scheme=scheme)
+    page = tab.goto(path)
+    if path == LAB_PAGE:  # with the note panel open and a selection, as a reader sees it
+        page.click(f"#kb-{LAB.excerpt.key_blocks[0].slug} .kb-link")
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    problems = [
+        f"{v['id']} ({v['impact']}): {v['help']} — {[node['target'] for node in v['nodes']][:5]}"
+        for v in result["violations"]
+    ]
+    assert problems == []
+    assert tab.errors == []
+
+
+def test_screenshots_of_the_index_and_a_lab_page(open_tab, screenshot_dir: Path) -> None:
+    for width in (1280, 375):
+        for name, path in (("index", "index.html"), ("lab", f"{LAB_PAGE}#kb-{LAB.excerpt.key_blocks[1].slug}")):
+            tab = open_tab(width=width, height=900)
+            page = tab.goto(path)
+            page.wait_for_timeout(200)
+            target = screenshot_dir / f"{name}-{width}.png"
+            page.screenshot(path=str(target), full_page=name == "index")
+            assert target.stat().st_size > 10_000
+            assert tab.errors == []
