@@ -9,12 +9,14 @@ from pathlib import Path
 
 import jinja2
 
+from infralens.assets import MINIFIED, minified
 from infralens.errors import InputError, Mark, Problem
 from infralens.links import Link, check_links
 from infralens.load import Project, display_path, load_project
 from infralens.models import ResolvedLab, RunResult
 from infralens.render import Page, artifact_url, renderer_for
 from infralens.results import recorded_runs
+from infralens.search import search_index
 from infralens.validate import resolve
 from infralens.write import Copy, write_in_place, write_site
 
@@ -25,7 +27,9 @@ class BuildSummary:
 
     labs: int
     pages: int
+    """HTML pages rendered."""
     files: int
+    """Everything else written: copied files and generated ones such as the search index."""
     seconds: float
     out_dir: Path
 
@@ -54,6 +58,8 @@ def render(site_path: Path, only: frozenset[str] | None = None) -> Site:
     runs = recorded_runs(project.root, [starter for lab in project.labs for starter in lab.starters])
     templates = theme_dir(project.root)
     pages = render_pages(templates, project, labs, {path: result for path, (result, _) in runs.items()}, only)
+    # Every page's search box reads the index, so even a partial render writes it again.
+    pages.append(Page(SEARCH_INDEX, search_index(project.site, labs, project.sources)))
     if only is not None:
         owned = {starter.path for lab in project.labs if lab.id in only for starter in lab.starters}
         return Site(project, labs, pages, [Copy(project.root / path, path) for path in sorted(owned)])
@@ -63,7 +69,11 @@ def render(site_path: Path, only: frozenset[str] | None = None) -> Site:
         for result, folder in runs.values()
         for name in result.artifacts
     ]
-    copies += [Copy(asset, f"static/{asset.name}") for asset in sorted((templates / "static").glob("*")) if asset.is_file()]
+    for asset in sorted((templates / "static").glob("*")):
+        if asset.is_file() and asset.name.endswith(MINIFIED):
+            pages.append(Page(f"static/{asset.name}", minified(asset.name, asset.read_text(encoding="utf-8"))))
+        elif asset.is_file():
+            copies.append(Copy(asset, f"static/{asset.name}"))
     return Site(project, labs, pages, copies)
 
 
@@ -80,7 +90,7 @@ def build(site_path: Path, out_dir: Path, *, strict: bool = False) -> BuildSumma
         if broken:
             raise InputError([Problem(Mark(f"{out_dir.name}/{link.page}", link.line, link.col), link.problem) for link in broken])
     write_site(out_dir, site.pages, site.copies)
-    return BuildSummary(len(site.labs), len(site.pages), len(site.copies), time.perf_counter() - started, out_dir)
+    return summary(len(site.labs), site, started, out_dir)
 
 
 def update(site_path: Path, out_dir: Path, lab_ids: frozenset[str]) -> BuildSummary:
@@ -92,8 +102,17 @@ def update(site_path: Path, out_dir: Path, lab_ids: frozenset[str]) -> BuildSumm
     started = time.perf_counter()
     site = render(site_path, only=lab_ids)
     write_in_place(out_dir, site.pages, site.copies)
-    return BuildSummary(len(lab_ids), len(site.pages), len(site.copies), time.perf_counter() - started, out_dir)
+    return summary(len(lab_ids), site, started, out_dir)
 
+
+def summary(labs: int, site: Site, started: float, out_dir: Path) -> BuildSummary:
+    """Count what was written: HTML pages, and the other files."""
+    html = sum(page.path.endswith(".html") for page in site.pages)
+    return BuildSummary(labs, html, len(site.pages) - html + len(site.copies), time.perf_counter() - started, out_dir)
+
+
+SEARCH_INDEX = "search-index.js"
+"""Where the search index goes under output/; templates/_search.html points the search box at it."""
 
 DEFAULT_THEME = Path(__file__).resolve().parent.parent / "templates"
 """The repository's own templates/, used by a site that has no templates/ of its own."""

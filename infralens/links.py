@@ -47,9 +47,9 @@ class _Collector(HTMLParser):
 
 
 def collect(pages: list[Page]) -> tuple[dict[str, set[str]], dict[str, list[tuple[int, int, str]]]]:
-    """Return the ids and the links of every page."""
+    """Return the ids and the links of every HTML page."""
     ids, links = {}, {}
-    for page in pages:
+    for page in html_pages(pages):
         collector = _Collector()
         collector.feed(page.html)
         ids[page.path] = collector.ids
@@ -58,13 +58,19 @@ def collect(pages: list[Page]) -> tuple[dict[str, set[str]], dict[str, list[tupl
 
 
 def check_links(pages: list[Page], files: set[str]) -> list[Link]:
-    """Return every link of the site with its problem, if any; `files` are the non-page outputs."""
+    """Return every link of the site with its problem, if any; `files` are the copied outputs."""
     ids, links = collect(pages)
+    files = files | {page.path for page in pages if page.path not in ids}  # a script such as the search index
     result = []
-    for page in pages:
+    for page in html_pages(pages):
         for line, col, target in links[page.path]:
             result.append(Link(page.path, line, col, target, _problem(page.path, target, ids, files)))
     return result
+
+
+def html_pages(pages: list[Page]) -> list[Page]:
+    """Return the pages that are HTML, leaving out generated scripts such as the search index."""
+    return [page for page in pages if page.path.endswith(".html")]
 
 
 def _problem(page: str, target: str, ids: dict[str, set[str]], files: set[str]) -> str:

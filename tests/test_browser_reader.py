@@ -135,9 +135,9 @@ def test_navigation_folds_and_works_at_375_px(open_tab) -> None:
     page.click(".sidenav summary")
     assert nav_list.is_visible()
     target = PROJECT.labs[0]
-    page.click(f'.sidenav a[data-lab="{target.id}"]')
+    page.click(f'.sidenav a[href$="/{target.id}/index.html"]')
     page.wait_for_url(f"**/labs/{target.id}/index.html")
-    assert page.locator(f'.sidenav a[data-lab="{target.id}"]').get_attribute("aria-current") == "page"
+    assert page.locator(f'.sidenav a[href$="/{target.id}/index.html"]').get_attribute("aria-current") == "page"
     page.click(".pager-next")
     assert page.locator("h1").inner_text() == PROJECT.labs[1].title
     assert tab.errors == []

@@ -12,10 +12,16 @@ from pathlib import Path
 from conftest import TESTS, run_infralens
 
 GOLDEN = TESTS / "golden" / "sample"
+THEME = TESTS.parent / "templates" / "static"
 
 
 def files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file of a built site but the theme's minified assets, which only repeat templates/static/."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not (p.parent.name == "static" and p.suffix in (".css", ".js"))
+    }
 
 
 def test_sample_site_matches_golden(sample_site: Path, tmp_path: Path, update_golden: bool) -> None:
@@ -24,7 +30,8 @@ def test_sample_site_matches_golden(sample_site: Path, tmp_path: Path, update_go
     assert result.returncode == 0, result.stderr
     if update_golden:
         shutil.rmtree(GOLDEN, ignore_errors=True)
-        shutil.copytree(out, GOLDEN)
+        shutil.copytree(out, GOLDEN, ignore=shutil.ignore_patterns("*.css", "*.js"))
+        shutil.copy(out / "search-index.js", GOLDEN / "search-index.js")
     built, golden = files(out), files(GOLDEN)
     assert sorted(built) == sorted(golden), "the set of built files changed"
     for name, content in built.items():
@@ -38,3 +45,18 @@ def test_sample_site_matches_golden(sample_site: Path, tmp_path: Path, update_go
                 )
             )
             raise AssertionError(f"{name} differs from its golden copy (run with --update-golden to accept):\n{diff}")
+
+
+def test_theme_assets_are_served_minified_and_complete(sample_site: Path, tmp_path: Path) -> None:
+    from infralens.assets import minified
+
+    out = tmp_path / "output"
+    assert run_infralens("build", "--out", str(out), cwd=sample_site).returncode == 0
+    for source in sorted(THEME.iterdir()):
+        served = out / "static" / source.name
+        if source.suffix in (".css", ".js"):
+            text = source.read_text()
+            assert served.read_text() == minified(source.name, text)
+            assert len(served.read_text()) < len(text)
+        else:
+            assert served.read_bytes() == source.read_bytes()

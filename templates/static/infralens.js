@@ -1,55 +1,75 @@
-/* InfraLens reader: theme toggle, annotated code reader, line links, copy buttons.
-   Progressive enhancement only: every page reads completely without this file. No dependencies. */
-(function () {
-  "use strict";
-  var doc = document;
-  var html = doc.documentElement;
-  var THEME_KEY = "infralens-theme";
-
-  function $(selector, scope) { return (scope || doc).querySelector(selector); }
-  function $$(selector, scope) { return Array.prototype.slice.call((scope || doc).querySelectorAll(selector)); }
+/* InfraLens reader: theme toggle, folding navigation, annotated code reader, line links, copy
+   buttons, and the search box's loader. Progressive enhancement only: every page reads completely
+   without this file. No dependencies. */
+(() => {
+  const doc = document, html = doc.documentElement;
+  const $ = (selector, scope = doc) => scope.querySelector(selector);
+  const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
 
   /* Theme: follows the OS until the reader picks one; the pick is kept in localStorage. */
   function setUpTheme() {
-    var button = $(".theme-toggle");
+    const button = $(".theme-toggle"), osDark = matchMedia("(prefers-color-scheme: dark)");
     if (!button) return;
-    var osDark = window.matchMedia("(prefers-color-scheme: dark)");
-    function dark() {
-      var chosen = html.getAttribute("data-theme");
-      return chosen ? chosen === "dark" : osDark.matches;
-    }
-    function show() { button.setAttribute("aria-pressed", dark() ? "true" : "false"); }
-    button.addEventListener("click", function () {
-      var next = dark() ? "light" : "dark";
-      html.setAttribute("data-theme", next);
-      try { localStorage.setItem(THEME_KEY, next); } catch (e) { /* private mode: the pick lasts this page */ }
+    const dark = () => (html.dataset.theme ? html.dataset.theme === "dark" : osDark.matches);
+    const show = () => button.setAttribute("aria-pressed", dark());
+    button.onclick = () => {
+      html.dataset.theme = dark() ? "light" : "dark";
+      try { localStorage.setItem("infralens-theme", html.dataset.theme); } catch (e) { /* private mode: this page only */ }
       show();
-    });
-    if (osDark.addEventListener) osDark.addEventListener("change", show);
+    };
+    osDark.addEventListener("change", show);
     button.hidden = false;
     show();
   }
 
   /* Navigation: open beside the page on wide screens, folded above it on narrow ones. */
   function setUpNav() {
-    var nav = $(".sidenav-toggle");
+    const nav = $(".sidenav-toggle"), narrow = matchMedia("(max-width: 60rem)");
     if (!nav) return;
-    var narrow = window.matchMedia("(max-width: 60rem)");
-    function fit() { nav.open = !narrow.matches; }
+    const fit = () => { nav.open = !narrow.matches; };
+    narrow.addEventListener("change", fit);
     fit();
-    if (narrow.addEventListener) narrow.addEventListener("change", fit);
   }
 
-  /* Line selection: #L12 or #L12-L18, on any listing; a key block: #kb-name, on a lab page. */
-  var listing = null;   // the page's main listing: the lab's excerpt or the source view
-  var panel = null;     // the note shown under the excerpt
-  var anchorLine = null;
+  /* Search: its script, styles and index load on first use, so they weigh nothing on a page's load. */
+  function setUpSearch() {
+    const box = $("[data-search-index]");
+    if (!box) return;
+    const input = $("input", box);
+    let asked = false;
+    const load = () => {
+      if (asked) return;
+      asked = true;
+      doc.head.append(
+        Object.assign(doc.createElement("link"), { rel: "stylesheet", href: box.dataset.searchStyle }),
+        Object.assign(doc.createElement("script"), { src: box.dataset.searchScript }),
+      );
+    };
+    input.addEventListener("focus", load);
+    input.addEventListener("pointerenter", load);
+    doc.addEventListener("keydown", (event) => {
+      const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(event.target.tagName) || event.target.isContentEditable;
+      if (event.key === "/" && !typing && !event.ctrlKey && !event.metaKey && !event.altKey) {
+        event.preventDefault();
+        input.focus();
+      }
+    });
+    box.hidden = false;
+  }
 
-  function rows() { return listing ? $$(".row", listing) : []; }
-  function lineOf(row) { return parseInt(row.id.slice(1), 10); }
+  /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
+  let listing = null, panel = null, anchor = null;
+  const rows = () => (listing ? $$(".row", listing) : []);
+  const lineOf = (row) => +row.id.slice(1);
+  const blocks = () => $$(".key-block");
+  const slugOf = (block) => block.id.slice(3);
+  const boundTo = (slug) => rows().filter((row) => (row.dataset.kb || "").split(" ").includes(slug));
+  const active = () => blocks().find((block) => block.classList.contains("active"));
 
-  function mark(selected) {
-    rows().forEach(function (row) { row.classList.toggle("sel", selected.indexOf(row) >= 0); });
+  function mark(chosen, block) {
+    rows().forEach((row) => row.classList.toggle("sel", chosen.includes(row)));
+    blocks().forEach((b) => b.classList.toggle("active", b === block));
+    showNote(block);
   }
 
   function setHash(hash) {
@@ -57,198 +77,152 @@
   }
 
   function reveal(row) {
-    if (!row) return;
-    var box = row.getBoundingClientRect();
-    if (box.top < 0 || box.bottom > window.innerHeight * 0.6) row.scrollIntoView({ block: "center" });
+    const box = row && row.getBoundingClientRect();
+    if (box && (box.top < 0 || box.bottom > innerHeight * 0.6)) row.scrollIntoView({ block: "center" });
   }
 
   function selectLines(first, last, scroll) {
-    if (last < first) { var t = first; first = last; last = t; }
-    var chosen = rows().filter(function (row) { var n = lineOf(row); return n >= first && n <= last; });
+    [first, last] = [Math.min(first, last), Math.max(first, last)];
+    const chosen = rows().filter((row) => lineOf(row) >= first && lineOf(row) <= last);
     if (!chosen.length) return false;
-    mark(chosen);
-    showNote(null);
-    setHash(first === last ? "#L" + first : "#L" + first + "-L" + last);
+    mark(chosen, null);
+    setHash(first === last ? `#L${first}` : `#L${first}-L${last}`);
     if (scroll) reveal(chosen[0]);
     return true;
   }
 
-  function blocks() { return $$(".key-block"); }
-  function slugOf(block) { return block.id.slice(3); }
-
   function selectBlock(slug, scroll) {
-    var block = doc.getElementById("kb-" + slug);
-    if (!block || !listing) return false;
-    var chosen = rows().filter(function (row) { return (" " + (row.getAttribute("data-kb") || "") + " ").indexOf(" " + slug + " ") >= 0; });
-    mark(chosen);
-    blocks().forEach(function (b) { b.classList.toggle("active", b === block); });
-    showNote(block);
+    const block = doc.getElementById("kb-" + slug);
+    if (!block || !block.classList.contains("key-block") || !listing) return false;
+    const chosen = boundTo(slug);
+    mark(chosen, block);
     setHash("#kb-" + slug);
     if (scroll) reveal(chosen[0]);
     return true;
   }
 
-  function clearSelection() {
-    mark([]);
-    blocks().forEach(function (b) { b.classList.remove("active"); });
-    showNote(null);
-    setHash("");
-  }
-
-  /* The note of the selected key block, shown right under the code while the code is on screen. */
+  /* The selected block's note, kept in sight under the code while the code is on screen. */
   function showNote(block) {
     if (!panel) return;
-    if (!block) { panel.hidden = true; return; }
-    var all = blocks();
-    var index = all.indexOf(block);
-    var lines = $(".kb-lines a", block);
+    panel.hidden = !block;
+    if (!block) return;
+    const all = blocks(), at = all.indexOf(block);
     $(".kb-panel-title", panel).innerHTML = $(".kb-link", block).innerHTML;
-    $(".kb-panel-lines", panel).textContent = "Note " + (index + 1) + " of " + all.length + " · " + (lines ? lines.textContent : "");
+    $(".kb-panel-lines", panel).textContent = `Note ${at + 1} of ${all.length} · ${$(".kb-lines a", block).textContent}`;
     $(".kb-panel-note", panel).innerHTML = $(".kb-note", block).innerHTML;
-    $(".kb-panel-prev", panel).disabled = index === 0;
-    $(".kb-panel-next", panel).disabled = index === all.length - 1;
-    panel.hidden = false;
+    $(".kb-panel-prev", panel).disabled = at === 0;
+    $(".kb-panel-next", panel).disabled = at === all.length - 1;
   }
 
   function buildPanel(figure) {
-    panel = doc.createElement("div");
-    panel.className = "kb-panel";
-    panel.hidden = true;
+    panel = Object.assign(doc.createElement("div"), { className: "kb-panel", hidden: true });
     panel.setAttribute("role", "region");
     panel.setAttribute("aria-label", "Selected note");
     panel.setAttribute("aria-live", "polite");
     panel.innerHTML =
       '<p class="kb-panel-head"><span class="kb-panel-title"></span> <span class="kb-panel-lines"></span></p>' +
-      '<div class="kb-panel-note"></div>' +
-      '<p class="kb-panel-tools"><button type="button" class="kb-panel-prev">Previous note</button>' +
+      '<div class="kb-panel-note"></div><p class="kb-panel-tools">' +
+      '<button type="button" class="kb-panel-prev">Previous note</button>' +
       '<button type="button" class="kb-panel-next">Next note</button>' +
       '<button type="button" class="kb-panel-close">Close</button></p>';
     figure.insertBefore(panel, $("figcaption", figure));
-    function step(delta) {
-      var all = blocks();
-      var current = all.filter(function (b) { return b.classList.contains("active"); })[0];
-      var next = all[all.indexOf(current) + delta];
+    const step = (delta) => {
+      const all = blocks(), next = all[all.indexOf(active()) + delta];
       if (next) selectBlock(slugOf(next), true);
-    }
-    $(".kb-panel-prev", panel).addEventListener("click", function () { step(-1); });
-    $(".kb-panel-next", panel).addEventListener("click", function () { step(1); });
-    $(".kb-panel-close", panel).addEventListener("click", clearSelection);
+    };
+    $(".kb-panel-prev", panel).onclick = () => step(-1);
+    $(".kb-panel-next", panel).onclick = () => step(1);
+    $(".kb-panel-close", panel).onclick = () => { mark([], null); setHash(""); };
   }
 
-  /* The most specific key block bound to a row; a second click on it moves to the next one. */
+  /* The smallest key block bound to a row; clicking it again moves on to the next one there. */
   function blockForRow(row) {
-    var slugs = (row.getAttribute("data-kb") || "").split(" ").filter(Boolean);
-    if (!slugs.length) return null;
-    var current = blocks().filter(function (b) { return b.classList.contains("active"); }).map(slugOf)[0];
-    var at = slugs.indexOf(current);
-    if (at >= 0) return slugs[(at + 1) % slugs.length];
-    var size = function (slug) { return rows().filter(function (r) { return (" " + r.getAttribute("data-kb") + " ").indexOf(" " + slug + " ") >= 0; }).length; };
-    return slugs.sort(function (a, b) { return size(a) - size(b); })[0];
+    const slugs = (row.dataset.kb || "").split(" ").filter(Boolean);
+    const current = slugs.indexOf(active() && slugOf(active()));
+    if (current >= 0) return slugs[(current + 1) % slugs.length];
+    return slugs.sort((a, b) => boundTo(a).length - boundTo(b).length)[0];
   }
 
   function onListingClick(event) {
-    var link = event.target.closest("a");
-    var row = event.target.closest(".row");
+    const link = event.target.closest("a"), row = event.target.closest(".row");
     if (!row) return;
-    var onNumber = link ? link.classList.contains("ln") : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
+    const onNumber = link ? link.classList.contains("ln")
+      : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
     if (onNumber) {
-      if (link) event.preventDefault();
-      var n = lineOf(row);
-      if (event.shiftKey && anchorLine !== null) selectLines(anchorLine, n, false);
-      else { anchorLine = n; selectLines(n, n, false); }
-      return;
-    }
-    if (link && link.classList.contains("kb-badge") && link.getAttribute("href").charAt(0) === "#") {
       event.preventDefault();
-      selectBlock(link.getAttribute("href").slice(4), false);
-      return;
+      if (!event.shiftKey || anchor === null) anchor = lineOf(row);
+      selectLines(anchor, lineOf(row), false);
+    } else if (link && link.classList.contains("kb-badge") && link.hash && link.pathname === location.pathname) {
+      event.preventDefault();
+      selectBlock(link.hash.slice(4), false);
+    } else if (!link && panel && !String(getSelection())) {  // leave text selection alone
+      const slug = blockForRow(row);
+      if (slug) selectBlock(slug, false);
     }
-    if (link || !panel || String(window.getSelection()).length) return;  // leave text selection alone
-    var slug = blockForRow(row);
-    if (slug) selectBlock(slug, false);
   }
 
   function onBlockClick(event) {
-    var block = event.target.closest(".key-block");
-    var link = event.target.closest("a");
-    if (!block || (link && !link.classList.contains("kb-link") && !link.hasAttribute("data-lines"))) return;
-    if (!link && String(window.getSelection()).length) return;
-    if (link) event.preventDefault();
+    const block = event.target.closest(".key-block"), link = event.target.closest("a");
+    if (!block || (link && !link.matches(".kb-link, [data-lines]")) || (!link && String(getSelection()))) return;
+    event.preventDefault();
     selectBlock(slugOf(block), true);
   }
 
   function followHash(scroll) {
-    var hash = decodeURIComponent(location.hash.slice(1));
-    var range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
+    const hash = decodeURIComponent(location.hash.slice(1)), range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
     if (range) return selectLines(+range[1], +(range[2] || range[1]), scroll);
-    if (hash.indexOf("kb-") === 0) return selectBlock(hash.slice(3), scroll);
-    return false;
+    return hash.startsWith("kb-") && selectBlock(hash.slice(3), scroll);
   }
 
   function setUpReader() {
-    var figure = $(".excerpt");
+    const figure = $(".excerpt");
     listing = figure ? $("pre.code", figure) : $(".page-source pre.code");
     if (!listing) return;
     if (figure) buildPanel(figure);
     listing.addEventListener("click", onListingClick);
-    var list = $(".key-blocks");
-    if (list) list.addEventListener("click", onBlockClick);
-    $$(".bound-notes a[data-lines]").forEach(function (link) {
-      link.addEventListener("click", function (event) {
+    $(".key-blocks")?.addEventListener("click", onBlockClick);
+    $$(".bound-notes a[data-lines]").forEach((link) => {
+      link.onclick = (event) => {
         event.preventDefault();
-        var span = link.getAttribute("data-lines").split("-");
-        selectLines(+span[0], +span[1], true);
-      });
+        const [first, last] = link.dataset.lines.split("-");
+        selectLines(+first, +last, true);
+      };
     });
-    window.addEventListener("hashchange", function () { followHash(true); });
-    // The browser scrolls to a fragment's element once the page has loaded; show the code after it.
+    addEventListener("hashchange", () => followHash(true));
+    // The browser jumps to a fragment's element once the page has loaded; show the code after that.
     if (followHash(false)) {
-      var show = function () { requestAnimationFrame(function () { reveal($(".row.sel", listing)); }); };
-      if (doc.readyState === "complete") show(); else window.addEventListener("load", show);
+      const show = () => requestAnimationFrame(() => reveal($(".row.sel", listing)));
+      if (doc.readyState === "complete") show(); else addEventListener("load", show);
     }
   }
 
-  /* Copy buttons: the copied text is the code alone (line numbers and badges are CSS content). */
+  /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
   function copyText(text) {
-    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
-    return new Promise(function (resolve, reject) {
-      var area = doc.createElement("textarea");
-      area.value = text;
-      area.setAttribute("readonly", "");
-      area.style.position = "fixed";
-      area.style.opacity = "0";
-      doc.body.appendChild(area);
-      area.select();
-      var done = doc.execCommand("copy");
-      doc.body.removeChild(area);
-      if (done) resolve(); else reject(new Error("copy refused"));
-    });
+    if (navigator.clipboard && isSecureContext) return navigator.clipboard.writeText(text);
+    const area = Object.assign(doc.createElement("textarea"), { value: text, readOnly: true });
+    area.style.cssText = "position:fixed;opacity:0";
+    doc.body.append(area);
+    area.select();
+    const done = doc.execCommand("copy");
+    area.remove();
+    return done ? Promise.resolve() : Promise.reject(new Error("copy refused"));
   }
 
   function setUpCopy() {
-    $$("pre.code, .sample-output pre").forEach(function (pre) {
-      var frame = doc.createElement("div");
-      frame.className = "code-frame";
-      pre.parentNode.insertBefore(frame, pre);
-      frame.appendChild(pre);
-      var button = doc.createElement("button");
-      button.type = "button";
-      button.className = "copy";
-      button.textContent = "Copy";
-      button.setAttribute("aria-label", "Copy " + (pre.getAttribute("aria-label") || "output").replace(/^\w/, function (c) { return c.toLowerCase(); }));
-      frame.appendChild(button);
-      button.addEventListener("click", function () {
-        copyText(pre.textContent).then(function () { button.textContent = "Copied"; }, function () { button.textContent = "Press Ctrl+C"; });
-        setTimeout(function () { button.textContent = "Copy"; }, 1600);
-      });
+    $$("pre.code, .sample-output pre").forEach((pre) => {
+      const frame = Object.assign(doc.createElement("div"), { className: "code-frame" });
+      const button = Object.assign(doc.createElement("button"), { type: "button", className: "copy", textContent: "Copy" });
+      const what = pre.getAttribute("aria-label") || "Output";
+      button.setAttribute("aria-label", "Copy " + what[0].toLowerCase() + what.slice(1));
+      pre.before(frame);
+      frame.append(pre, button);
+      button.onclick = () => {
+        copyText(pre.textContent).then(() => { button.textContent = "Copied"; }, () => { button.textContent = "Press Ctrl+C"; });
+        setTimeout(() => { button.textContent = "Copy"; }, 1600);
+      };
     });
   }
 
-  function start() {
-    setUpTheme();
-    setUpNav();
-    setUpCopy();
-    setUpReader();
-  }
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReader(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

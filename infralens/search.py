@@ -1,0 +1,235 @@
+"""Search stage: site, resolved labs and their starters → the text of output/search-index.js.
+
+Pure. One document per lab, per lab section, per key block and per starter's source view; each
+keeps what a result shows (title, breadcrumb, URL from the site root, a short snippet) and each of
+its tokens gets a weight from the fields it occurs in. The index is a script that sets
+`window.InfraLensSearchIndex`, because a page opened from file:// cannot fetch() JSON;
+templates/static/search.js loads it on first use and splits queries exactly as `words` does here.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from dataclasses import dataclass
+from functools import partial
+from pathlib import PurePosixPath
+
+from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
+from infralens.render import lab_url, source_url
+
+FORMAT = 1
+"""Version of the index layout, checked by search.js."""
+
+SNIPPET = 160
+"""Longest snippet a result shows, in characters."""
+
+STOP_WORDS = frozenset(
+    "an and are as at be but by can do does for from has have if in into is it its of on or so than that the their "
+    "them then there these this those to was were what when where which while who why will with".split()
+)
+"""Words too common to find anything; not indexed, and dropped from queries by search.js too."""
+
+# Field weights: a match in a title outranks one in a name, which outranks one in running prose.
+LAB_TITLE, LAB_SUMMARY = 10, 4
+SECTION_TITLE, SECTION_TEXT = 3, 1
+BLOCK_NAME, BLOCK_NOTE = 8, 1
+STARTER_PATH, STARTER_ROLE, DEFINED_NAME, IDENTIFIER = 6, 2, 4, 2
+
+# Sections with no document of their own: the preview is code, and each key block is a document.
+UNINDEXED_SECTIONS = frozenset({"preview", "key_blocks"})
+
+_WORD = re.compile(r"\w+")
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+# A comment, a string literal with its prefix, or a number; the lookahead skips most positions fast.
+_PY_NOISE = re.compile(
+    r"""(?=[#'"rRbBuUfF\d])(?:\#[^\n]*|(?:\b[rRbBuUfF]{1,2})?"""
+    r"""(?:'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")|\b\d[\w.]*)"""
+)
+_PY_DEFINED = re.compile(r"\b(?:def|class)\s+([^\W\d]\w*)")
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MD_PUNCTUATION = re.compile(r"[`*~]|\\(?=\S)")
+_MATH = re.compile(r"\$([^$\n]+)\$")
+_TEX_COMMAND = re.compile(r"\\(?:text|mathrm|operatorname)\{([^}]*)\}|\\(times|cdot)\b|\\([A-Za-z]+)|(\\.)|[{}]")
+_TEX_SYMBOLS = {"times": "×", "cdot": "·"}
+_FENCED = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<code>.*?)^ {0,3}(?P=fence)[`~]*[ \t]*$", re.M | re.S)
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_HEADING = re.compile(r"^#{1,6}\s+(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One search result: what it shows, where it links, and the text it is found by."""
+
+    title: str
+    crumb: str
+    """Where it sits, e.g. "Lab 04 · Online Softmax · Key code blocks"."""
+    url: str
+    """Relative to the site root, with a #fragment for a section or key block."""
+    snippet: str
+    fields: tuple[tuple[int, str], ...]
+    """(weight, text) pairs; each distinct token of a field adds the field's weight once."""
+
+
+def words(text: str) -> list[str]:
+    """Split text as search.js splits a query: lowercase runs of letters, digits and `_`."""
+    return _WORD.findall(text.lower())
+
+
+def tokens(text: str) -> set[str]:
+    """Return the index tokens of text: each word, and the `_`-separated parts of an identifier."""
+    found = set(words(text))
+    found.update([part for word in found if "_" in word for part in word.split("_")])
+    return {token for token in found if len(token) > 1 and token not in STOP_WORDS}
+
+
+def plain_text(markdown: str) -> str:
+    """Strip Markdown roughly to the words a reader sees: link text kept, code and math marks dropped."""
+    text = _MATH.sub(lambda math: _TEX_COMMAND.sub(tex_replacement, math.group(1)), _MD_LINK.sub(r"\1", markdown))
+    return " ".join(_MD_PUNCTUATION.sub("", text).split())
+
+
+def tex_replacement(command: re.Match) -> str:
+    """Read a TeX command as text: \\text{FLOPs} → FLOPs, \\times → ×, \\min → min, \\, → space, braces go."""
+    text, symbol, name, spacing = command.groups()
+    return text if text is not None else _TEX_SYMBOLS[symbol] if symbol else name or (" " if spacing else "")
+
+
+def snippet(text: str) -> str:
+    """Shorten text to at most SNIPPET characters, cutting at a space."""
+    text = " ".join(text.split())
+    if len(text) <= SNIPPET:
+        return text
+    cut = text[: SNIPPET - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(",;:.") + "…"
+
+
+def python_names(code: str) -> tuple[list[str], list[str]]:
+    """Return (names defined by def/class, every identifier) of Python code; keywords left out.
+
+    The same names as the NAME tokens of `tokenize` (tests/test_search.py holds it to that on every
+    starter) in a tenth of the time: comments, strings and numbers are blanked, then names found.
+    """
+    code = _PY_NOISE.sub(" ", code)
+    return _PY_DEFINED.findall(code), [name for name in _IDENTIFIER.findall(code) if name not in _KEYWORDS]
+
+
+def starter_names(path: str, text: str) -> tuple[list[str], list[str], list[str]]:
+    """Return (headings, defined names, identifiers) of a starter file.
+
+    Python: every name but keywords. Markdown: the headings, and the names in code spans and fenced
+    blocks. Anything else: whatever looks like an identifier.
+    """
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix == ".py":
+        return [], *python_names(text)
+    if suffix != ".md":
+        return [], [], _IDENTIFIER.findall(text)
+    defined, names = [], []
+    for block in _FENCED.finditer(text):
+        if block["info"].strip().lower() in ("python", "py"):
+            block_defined, block_names = python_names(block["code"])
+            defined += block_defined
+            names += block_names
+        else:
+            names += _IDENTIFIER.findall(block["code"])
+    prose = _FENCED.sub("", text)
+    names += [name for span in _CODE_SPAN.finditer(prose) for name in _IDENTIFIER.findall(span.group(2))]
+    return _HEADING.findall(prose), defined, names
+
+
+def section_text(lab: Lab, section: str) -> str:
+    """Return the plain text of one section of a lab page."""
+    match section:
+        case "concept_goal":
+            parts = [lab.concept_goal]
+        case "mechanism":
+            parts = list(lab.mechanism)
+        case "starters":
+            parts = [f"{starter.path} {starter.role}" for starter in lab.starters]
+        case "checkpoints":
+            parts = list(lab.checkpoints)
+        case "misunderstandings":
+            parts = list(lab.misunderstandings)
+        case "interview":
+            parts = [lab.interview]
+        case "intuition":
+            parts = [item.text + (f" {item.link.label}: {item.link.title}" if item.link else "") for item in lab.intuition]
+        case "further_reading":
+            parts = [f"{reference.kind}: {reference.title}" for reference in lab.further_reading]
+        case _:
+            parts = []
+    return " ".join(plain_text(part) for part in parts)
+
+
+def lab_documents(site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile]) -> list[Document]:
+    """Return the documents of one lab: the lab, its sections, its key blocks, its starters."""
+    lab = resolved.lab
+    url = lab_url(lab.id)
+    number = f"Lab {lab.number:02d}"
+    track = next((track.title for track in site.tracks if track.id == lab.track), lab.track)
+    summary = plain_text(lab.summary)
+    fields = ((LAB_TITLE, f"{lab.title} {number}"), (LAB_SUMMARY, summary))
+    documents = [Document(lab.title, f"{number} · {track}", url, snippet(summary), fields)]
+    for section, _, _ in SECTIONS:
+        text = "" if section in UNINDEXED_SECTIONS else section_text(lab, section)
+        if not text:
+            continue
+        title = lab.section_title(section)
+        anchor = section.replace("_", "-")
+        fields = ((SECTION_TITLE, title), (SECTION_TEXT, text))
+        documents.append(Document(title, f"{number} · {lab.title}", f"{url}#{anchor}", snippet(text), fields))
+    blocks_title = lab.section_title("key_blocks")
+    for block in resolved.excerpt.key_blocks:
+        note = plain_text(block.note)
+        fields = ((BLOCK_NAME, block.name), (BLOCK_NOTE, note))
+        documents.append(Document(block.name, f"{number} · {lab.title} · {blocks_title}", f"{url}#kb-{block.slug}", snippet(note), fields))
+    for starter in lab.starters:
+        headings, defined, names = starter_names(starter.path, sources[starter.path].text)
+        role = plain_text(starter.role)
+        fields = (
+            (STARTER_PATH, starter.path),
+            (STARTER_ROLE, role),
+            (SECTION_TITLE, " ".join(headings)),
+            (DEFINED_NAME, " ".join(defined)),
+            (IDENTIFIER, " ".join(names)),
+        )
+        crumb = f"{number} · {lab.title} · Annotated source"
+        documents.append(Document(starter.path, crumb, source_url(starter.path), snippet(role), fields))
+    return documents
+
+
+def documents(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> list[Document]:
+    """Return every document of the site, in the order of the labs and of their pages."""
+    return [document for resolved in labs for document in lab_documents(site, resolved, sources)]
+
+
+def postings(docs: list[Document]) -> dict[str, list[int]]:
+    """Map each token to [document id, weight, document id, weight, …], ids ascending."""
+    index: dict[str, list[int]] = {}
+    for doc_id, document in enumerate(docs):
+        weights: dict[str, int] = {}
+        for weight, text in document.fields:
+            for token in tokens(text):
+                weights[token] = weights.get(token, 0) + weight
+        for token, weight in weights.items():
+            index.setdefault(token, []).extend((doc_id, weight))
+    return index
+
+
+def search_index(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> str:
+    """Return the search index as a script; the same input gives the same bytes.
+
+    One document and one token per line, so a change to the index reads as a diff.
+    """
+    docs = documents(site, labs, sources)
+    index = postings(docs)
+    dump = partial(json.dumps, separators=(",", ":"), ensure_ascii=True)
+    return (
+        "/* The site's search index, written by infralens build (infralens/search.py). */\n"
+        f'window.InfraLensSearchIndex = {{"version":{FORMAT},"stop":{dump(sorted(STOP_WORDS))},\n'
+        '"docs":[\n' + ",\n".join(dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
+        '"terms":[\n' + ",\n".join(dump([token, index[token]]) for token in sorted(index)) + "]};\n"
+    )

@@ -1,0 +1,155 @@
+/* Site search: a combobox over search-index.js, loaded on first use; no server, works from file://.
+   Queries split as infralens/search.py splits text; every term must prefix-match a token.
+   It may arrive after the reader focused the box and typed (infralens.js loads it on first use). */
+(() => {
+  const box = document.querySelector("[data-search-index]");
+  if (!box || box.searchReady) return;
+  box.searchReady = true;
+  const [input, panel, list, message, status] = ["input", ".site-search-panel", "[role=listbox]", ".site-search-message", "[role=status]"]
+    .map((selector) => box.querySelector(selector));
+  let index = null, stop, loading = false, active = -1;
+
+  function load() {
+    if (index || loading) return;
+    loading = true;
+    const script = Object.assign(document.createElement("script"), {src: box.dataset.searchIndex});
+    script.onload = () => {
+      const data = window.InfraLensSearchIndex;
+      if (data?.version !== 1) return script.onerror();
+      [index, stop] = [data, new Set(data.stop)];
+      if (input.value.trim()) update();
+    };
+    script.onerror = () => say("Search is unavailable: its index did not load.");
+    document.head.append(script);
+  }
+
+  // Document id → best {score, token} for one term; an exact token counts double.
+  function matches(term) {
+    const hits = new Map();
+    for (const [token, postings] of index.terms) {
+      if (!token.startsWith(term)) continue;
+      const factor = token === term ? 2 : 1;
+      for (let i = 0; i < postings.length; i += 2) {
+        const score = postings[i + 1] * factor, best = hits.get(postings[i]);
+        if (!best || score > best.score) hits.set(postings[i], {score, token});
+      }
+    }
+    return hits;
+  }
+
+  function search(query) {
+    const words = query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) || [];
+    // The last word may be half typed: it stays even when short or a stop word.
+    const terms = words.filter((word, i) => i === words.length - 1 || (word.length > 1 && !stop.has(word)));
+    if (!terms.some((term) => term.length > 1)) return null;
+    const perTerm = terms.map(matches), results = [];
+    perTerm[0].forEach((_, doc) => {
+      const hits = perTerm.map((termHits) => termHits.get(doc));
+      if (hits.every(Boolean)) results.push({doc, terms, hits, score: hits.reduce((sum, hit) => sum + hit.score, 0)});
+    });
+    return results.sort((a, b) => b.score - a.score || a.doc - b.doc);
+  }
+
+  const pattern = (terms) => new RegExp(`(^|[^\\p{L}\\p{N}])(${[...terms].sort((a, b) => b.length - a.length).join("|")})`, "giu");
+
+  // Text with the terms marked, built as nodes: index text is never parsed as HTML.
+  function marked(className, text, terms) {
+    const span = Object.assign(document.createElement("span"), {className});
+    let at = 0;
+    for (const m of text.matchAll(pattern(terms))) {
+      const start = m.index + m[1].length;
+      span.append(text.slice(at, start), Object.assign(document.createElement("mark"), {textContent: m[2]}));
+      at = start + m[2].length;
+    }
+    span.append(text.slice(at));
+    return span;
+  }
+
+  function option({doc, terms, hits}, i) {
+    const [title, crumb, url, snippet] = index.docs[doc];
+    const a = Object.assign(document.createElement("a"), {id: `site-search-option-${i}`, href: box.dataset.searchRoot + url, tabIndex: -1});
+    a.setAttribute("role", "option");
+    a.setAttribute("aria-selected", "false");
+    a.append(marked("site-search-title", title, terms), marked("site-search-crumb", crumb, terms), marked("site-search-snippet", snippet, terms));
+    // Name the matched tokens that title and snippet do not show, such as a starter's identifiers.
+    const unseen = new Set(hits.filter((hit, k) => !pattern([terms[k]]).test(`${title} ${snippet}`)).map((hit) => hit.token));
+    if (unseen.size) a.append(marked("site-search-found", `Matches ${[...unseen].join(", ")}`, terms));
+    return a;
+  }
+
+  function say(text) {
+    message.textContent = status.textContent = text;
+    message.hidden = !text;
+  }
+
+  function show(open) {
+    panel.hidden = !open;
+    input.setAttribute("aria-expanded", open && !list.hidden);
+  }
+
+  function update() {
+    const query = input.value.trim();
+    if (!index) {
+      load();
+      say(query ? "Loading the search index…" : "");
+      return show(Boolean(query));
+    }
+    const results = search(query);
+    select(-1);
+    list.replaceChildren(...(results || []).slice(0, 8).map(option));
+    list.hidden = !list.children.length;
+    say(results && !results.length ? `No results for “${query}”` : "");
+    if (results?.length) status.textContent = `${results.length} result${results.length > 1 ? "s" : ""}`;
+    show(Boolean(results));
+  }
+
+  function select(i) {
+    list.children[active]?.setAttribute("aria-selected", "false");
+    const chosen = list.children[(active = i)];
+    if (!chosen) return input.removeAttribute("aria-activedescendant");
+    chosen.setAttribute("aria-selected", "true");
+    chosen.scrollIntoView({block: "nearest"});
+    input.setAttribute("aria-activedescendant", chosen.id);
+  }
+
+  function close() {
+    select(-1);
+    show(false);
+  }
+
+  input.addEventListener("focus", () => {
+    load();
+    if (input.value.trim()) update();
+  });
+  input.addEventListener("input", update);
+  input.addEventListener("keydown", (event) => {
+    const key = event.key, count = panel.hidden ? 0 : list.children.length;
+    if (key === "ArrowDown" || key === "ArrowUp") {
+      event.preventDefault();
+      if (panel.hidden) update();
+      else if (count) select(key === "ArrowDown" ? (active + 1) % count : (active > 0 ? active : count) - 1);
+    } else if (key === "Enter" && count) {
+      event.preventDefault();
+      const href = list.children[Math.max(active, 0)].href;
+      close();
+      location.href = href;
+    } else if (key === "Escape") {
+      if (!input.value && panel.hidden) return input.blur();
+      event.preventDefault();
+      input.value = "";
+      update();
+    }
+  });
+  list.addEventListener("click", close);
+  // Close when the reader moves elsewhere; not on blur, which would beat a click on a result.
+  for (const type of ["pointerdown", "focusin"]) document.addEventListener(type, (event) => box.contains(event.target) || close());
+  document.addEventListener("keydown", (event) => {
+    const target = event.target;
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    if (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName)) return;
+    event.preventDefault();
+    input.focus();
+  });
+  box.hidden = false;
+  if (document.activeElement === input) load();
+})();
