@@ -1,8 +1,10 @@
-"""Claims: the figures a lab page states, and whether its starters' output backs each one.
+r"""Claims: the figures a lab page states, and whether its starters' output backs each one.
 
 Pure: a Lab and the text its starters printed → the figures no run printed. A figure is a number
 written with a thousands separator or a decimal point (6,738,415,616; 13.48; 2.45), the kind that
 a run produces and a hand can paste wrong. Small integers, years and URLs are left alone.
+Numbers inside `$…$` math count like any other, with TeX's `{,}` separator read as a comma
+(`6{,}738` states 6,738); exponents, subscripts and commands (`10^{9}`, `\sqrt{d_k}`) state none.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import re
 
 from infralens.models import Lab
 
+_TEX_COMMA = "{,}"
+"""How TeX math writes a thousands separator: `6{,}738`."""
 _URL = re.compile(r"\]\([^)]*\)|https?://\S+")
 _FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w]|[.,]\d)|(?<![\w.,])\d+\.\d+(?![\w]|[.,]\d)")
 
 
 def prose(lab: Lab) -> list[str]:
     """Every piece of text the lab page shows from the manifest."""
-    texts = [lab.summary, lab.concept_goal, lab.interview, *lab.mechanism, *lab.checkpoints, *lab.misunderstandings]
+    texts = [lab.summary, lab.concrete, lab.concept_goal, lab.interview, *lab.mechanism, *lab.checkpoints, *lab.misunderstandings]
     texts += [starter.role for starter in lab.starters]
     texts += [block.note for block in lab.key_blocks]
     texts += [item.text for item in lab.intuition]
@@ -28,7 +32,7 @@ def stated_figures(lab: Lab) -> list[str]:
     """Return the figures the page states, each once, in order of appearance."""
     seen: dict[str, None] = {}
     for text in prose(lab):
-        for figure in _FIGURE.findall(_URL.sub(" ", text)):
+        for figure in _FIGURE.findall(_URL.sub(" ", text.replace(_TEX_COMMA, ","))):
             seen.setdefault(figure, None)
     return list(seen)
 
@@ -46,7 +50,8 @@ def unbacked_figures(lab: Lab, output: str) -> list[str]:
 def figure_line(manifest_text: str, figure: str) -> tuple[int, int]:
     """Return the 1-based (line, column) where the manifest first writes the figure."""
     for number, line in enumerate(manifest_text.split("\n"), start=1):
-        match = re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", line)
+        written = re.escape(figure).replace(",", f"(?:,|{re.escape(_TEX_COMMA)})")
+        match = re.search(rf"(?<![\d.,]){written}(?![\d]|[.,]\d)", line)
         if match:
             return number, match.start() + 1
     return 1, 1

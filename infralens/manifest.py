@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from infralens.errors import Problems
+from infralens.mathml import Formula, MalformedMath, formulas, to_mathml
 from infralens.models import (
     DEFAULT_KIND_LINE,
     SECTIONS,
@@ -74,7 +75,31 @@ SITE = Record(
 
 # ---------------------------------------------------------------- lab manifests
 
-MARKDOWN = "Markdown: inline code, emphasis, links."
+MARKDOWN = "Markdown: inline code, emphasis, links, `$…$` and `$$…$$` math (LaTeX, set as MathML)."
+
+
+class Prose(Text):
+    """Markdown text whose every `$…$` and `$$…$$` formula converts to MathML."""
+
+    def check(self, node, ctx: Context):
+        value = super().check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        ok = True
+        for formula in formulas(value):
+            try:
+                to_mathml(formula.latex, display=formula.display)
+            except MalformedMath as exc:
+                ctx.problems.add(ctx.mark_within(node, _written(formula)), f"malformed math {formula}: {exc}")
+                ok = False
+        return value if ok else INVALID
+
+
+def _written(formula: Formula) -> re.Pattern[str]:
+    """Match a formula as a manifest writes it, across the line breaks and indentation YAML folds."""
+    dollars = re.escape(formula.markup)
+    body = r"\s+".join(re.escape(part) for part in formula.latex.split())
+    return re.compile(rf"(?<!\$){dollars}\s*{body}\s*{dollars}(?!\$)")
 
 
 def _link(f: Fields, ctx: Context) -> Link:
@@ -142,7 +167,7 @@ STARTER = Record(
     "starter",
     {
         "path": Field(Text("Repository-relative path under code/, e.g. code/lab-01-x/memory.py."), True),
-        "role": Field(Text("One line: what this file is for. " + MARKDOWN), True),
+        "role": Field(Prose("One line: what this file is for. " + MARKDOWN), True),
         "run": Field(Either(
             scalar=Literal(False, "Never run this starter."),
             mapping=RUN,
@@ -231,7 +256,7 @@ KEY_BLOCK = Record(
             expected="text, 'A-B' or a from/to mapping",
             doc="Text that occurs on exactly one line of the excerpt; or real line numbers 'A-B'; or {from, to}.",
         ), True),
-        "note": Field(Text("What these lines do and why. " + MARKDOWN), True),
+        "note": Field(Prose("What these lines do and why. " + MARKDOWN), True),
     },
     _key_block,
     doc="A note bound to lines of the excerpt.",
@@ -243,11 +268,11 @@ def _intuition(f: Fields, ctx: Context) -> Intuition:
 
 
 INTUITION = Either(
-    scalar=Text(MARKDOWN),
+    scalar=Prose(MARKDOWN),
     mapping=Record(
         "intuition",
         {
-            "text": Field(Text(MARKDOWN), True),
+            "text": Field(Prose(MARKDOWN), True),
             "link": Field(LINK),
         },
         _intuition,
@@ -275,7 +300,7 @@ TITLES = Record(
     doc="Per-lab section titles.",
 )
 
-BULLETS = ListOf(Text(MARKDOWN), min_items=1)
+BULLETS = ListOf(Prose(MARKDOWN), min_items=1)
 
 
 LAB = Record(
@@ -284,18 +309,20 @@ LAB = Record(
         "number": Field(Integer("Lab number, unique in the site; shown as 'Lab 01'.", minimum=1), True),
         "title": Field(Text("Page title."), True),
         "track": Field(Text("A track id from site.yml."), True),
-        "summary": Field(Text("One line for the index. " + MARKDOWN), True),
+        "summary": Field(Prose("One line for the index. " + MARKDOWN), True),
+        "topic": Field(Prose("Handbook topic in the index's map, e.g. 'KV cache' (default: the title). " + MARKDOWN)),
+        "concrete": Field(Prose("One line in the index's map: what this lab makes concrete (default: the summary). " + MARKDOWN)),
         "kind": Field(Choice(("runnable", "reading"), "Index badge; default: runnable when a starter runs.")),
-        "kind_line": Field(Text(f"Line under the title (default: {DEFAULT_KIND_LINE!r}).")),
+        "kind_line": Field(Prose(f"Line under the title (default: {DEFAULT_KIND_LINE!r}). " + MARKDOWN)),
         "handbook": Field(HANDBOOK),
-        "concept_goal": Field(Text("One paragraph: the concept the code makes concrete. " + MARKDOWN), True),
-        "mechanism": Field(ListOf(Text(MARKDOWN), "Bullets: the mechanism to keep in mind.", min_items=1), True),
+        "concept_goal": Field(Prose("One paragraph: the concept the code makes concrete. " + MARKDOWN), True),
+        "mechanism": Field(ListOf(Prose(MARKDOWN), "Bullets: the mechanism to keep in mind.", min_items=1), True),
         "starters": Field(ListOf(STARTER, "The lab's files under code/.", min_items=1), True),
         "preview": Field(PREVIEW, True),
         "key_blocks": Field(ListOf(KEY_BLOCK, "Notes bound to lines of the excerpt.", min_items=1), True),
-        "checkpoints": Field(ListOf(Text(MARKDOWN), "Bullets: how to read this code.", min_items=1), True),
-        "misunderstandings": Field(ListOf(Text(MARKDOWN), "Bullets: what this code does not mean.", min_items=1), True),
-        "interview": Field(Text("A paragraph: how to say it out loud. " + MARKDOWN), True),
+        "checkpoints": Field(ListOf(Prose(MARKDOWN), "Bullets: how to read this code.", min_items=1), True),
+        "misunderstandings": Field(ListOf(Prose(MARKDOWN), "Bullets: what this code does not mean.", min_items=1), True),
+        "interview": Field(Prose("A paragraph: how to say it out loud. " + MARKDOWN), True),
         "intuition": Field(ListOf(INTUITION, "Bullets of additional intuition.", min_items=1), True),
         "further_reading": Field(ListOf(REFERENCE, "Official, paper and practical references.", min_items=1), True),
         "titles": Field(TITLES),
@@ -308,7 +335,7 @@ LAB = Record(
 def parse_site(path: str, text: str) -> Site:
     """Parse site.yml text into a Site."""
     problems = Problems()
-    ctx = Context(path, problems)
+    ctx = Context(path, problems, text)
     node = compose(text, ctx)
     values = SITE.check(node, ctx) if node is not None else INVALID
     if values is not INVALID:
@@ -324,7 +351,7 @@ def parse_site(path: str, text: str) -> Site:
 def parse_lab(path: str, lab_id: str, text: str) -> Lab:
     """Parse one manifest's text into a Lab; `lab_id` is the file stem."""
     problems = Problems()
-    ctx = Context(path, problems)
+    ctx = Context(path, problems, text)
     node = compose(text, ctx)
     f: Fields = LAB.check(node, ctx) if node is not None else INVALID
     problems.raise_if_any()
@@ -338,6 +365,8 @@ def parse_lab(path: str, lab_id: str, text: str) -> Lab:
         title=v["title"],
         track=v["track"],
         summary=v["summary"],
+        topic=v["topic"] or v["title"],
+        concrete=v["concrete"] or v["summary"],
         kind=kind,
         kind_line=v["kind_line"] or DEFAULT_KIND_LINE,
         handbook=v["handbook"],

@@ -154,6 +154,10 @@ class Lab:
     title: str
     track: str
     summary: str
+    topic: str
+    """Handbook topic the index's map files the lab under."""
+    concrete: str
+    """What the lab makes concrete, one line for the index's map."""
     kind: str
     kind_line: str
     handbook: Link | None

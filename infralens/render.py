@@ -15,6 +15,7 @@ import jinja2
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from infralens.mathml import add_math
 from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
 
@@ -109,8 +110,9 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        # html=False: raw HTML in a manifest is shown as text, never passed through.
-        self.markdown = MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table")
+        # html=False: raw HTML in a manifest is shown as text, never passed through. Math becomes
+        # MathML here, at build time: pages need no script to show it.
+        self.markdown = add_math(MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table"))
         self.env.filters["md"] = self.block_markdown
         self.env.filters["mdi"] = self.inline_markdown
         self.env.globals["lab_url"] = lab_url
@@ -151,7 +153,7 @@ class Renderer:
                 bindings[resolved.excerpt.starter].append(Binding(lab, block))
             if only is not None and lab.id not in only:
                 continue
-            page_nav = nav.replace(f'data-lab="{lab.id}"', f'data-lab="{lab.id}" aria-current="page"', 1)
+            page_nav = nav.replace(f'href="../../{lab_url(lab.id)}"', f'href="../../{lab_url(lab.id)}" aria-current="page"', 1)
             previous_lab = ordered[index - 1] if index > 0 else None
             next_lab = ordered[index + 1] if index + 1 < len(ordered) else None
             pages.append(self.render_lab(site, resolved, runs, Markup(page_nav), previous_lab, next_lab))

@@ -22,6 +22,8 @@ number: {number}
 title: {title}
 track: {track}
 summary: One line for the index, saying what this lab makes concrete.
+topic: The handbook topic this lab belongs to, for the index's map
+concrete: One line for the index's map, saying which mechanism the code pins down.
 concept_goal: >-
   One paragraph: the concept the starter makes concrete, and what a reader should be able to
   explain after reading it.

@@ -27,9 +27,26 @@ class Context:
 
     path: str
     problems: Problems
+    text: str = ""
+    """The text the nodes were composed from, to point at a place inside a scalar."""
 
     def mark(self, node: yaml.Node) -> Mark:
         return Mark(self.path, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def mark_within(self, node: yaml.Node, pattern: re.Pattern[str]) -> Mark:
+        """Return where `pattern` first matches in the node's source, or the node's mark if nowhere.
+
+        The source is the scalar as written, quotes, indentation and line breaks included: the
+        pattern has to allow for the whitespace YAML folds, and misses text that quoting escaped.
+        """
+        source = self.text[node.start_mark.index : node.end_mark.index]
+        match = pattern.search(source)
+        if match is None:
+            return self.mark(node)
+        before = source[: match.start()]
+        if "\n" not in before:
+            return Mark(self.path, node.start_mark.line + 1, node.start_mark.column + len(before) + 1)
+        return Mark(self.path, node.start_mark.line + before.count("\n") + 1, len(before) - before.rfind("\n"))
 
     def error(self, node: yaml.Node, message: str) -> Any:
         self.problems.add(self.mark(node), message)

@@ -134,3 +134,17 @@ def test_excerpt_numbers_stay_true_across_hidden_marker_lines(sample_site: Path)
 def test_excerpt_numbers_shown_are_the_row_numbers(lab, real_site: Path) -> None:
     pairs = shown_numbers((real_site / "labs" / lab.id / "index.html").read_text())
     assert pairs and all(number == shown for number, shown in pairs)
+
+
+def test_index_maps_each_topic_to_its_lab_in_track_order(real_site: Path) -> None:
+    index = (real_site / "index.html").read_text()
+    table = re.search(r'<section class="handbook-map" id="map">.*?</section>', index, re.S).group(0)
+    assert "Topic → Lab → what the lab makes concrete" in table
+    rows = re.findall(r'<tr><th scope="row">(.*?)</th><td><a href="labs/([^/]+)/index.html">Lab (\d\d): .*?</a></td><td>(.*?)</td></tr>', table)
+    order = [t.id for t in PROJECT.site.tracks]
+    expected = sorted(LABS, key=lambda lab: (order.index(lab.track), LABS.index(lab)))
+    assert [lab_id for _, lab_id, _, _ in rows] == [lab.id for lab in expected]
+    for (topic, lab_id, number, concrete), lab in zip(rows, expected):
+        assert visible_text(topic) == lab.topic and int(number) == lab.number
+        assert visible_text(concrete) == visible_text(lab.concrete)  # Markdown, no code spans today
+        assert lab.topic != lab.title and lab.concrete != lab.summary  # every real lab says its own

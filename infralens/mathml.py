@@ -1,0 +1,173 @@
+"""Math in prose: the `$…$` and `$$…$$` formulas of Markdown text, each converted to MathML.
+
+Pure: Markdown text → its formulas, found by the same tokenizer rules the renderer uses; one
+formula → a MathML `<math>` element as text, or `MalformedMath` saying why not. The manifest schema
+converts every formula once so a bad one is reported at its line; the render stage converts them
+again into the page, so no formula that reaches a page can fail there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from xml.etree.ElementTree import Element, tostring
+
+from latex2mathml import exceptions as latex_errors
+from latex2mathml.converter import convert_to_element
+from latex2mathml.tokenizer import tokenize
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+
+class MalformedMath(ValueError):
+    """A formula that cannot be set as MathML; the message says why."""
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A formula as the prose writes it."""
+
+    latex: str
+    """The TeX between the dollars, without surrounding whitespace."""
+    display: bool
+    """True for `$$…$$`, set on a line of its own; False for `$…$`, set within the line."""
+
+    @property
+    def markup(self) -> str:
+        return "$$" if self.display else "$"
+
+    def __str__(self) -> str:
+        # One line, as an error message quotes it, even when a `$$` block spans several.
+        return f"{self.markup}{' '.join(self.latex.split())}{self.markup}"
+
+
+MATH_TOKENS = {"math_inline": False, "math_inline_double": True, "math_block": True}
+"""markdown-it token types the dollarmath rules produce, and whether each is display math."""
+
+# latex2mathml's exceptions carry no message; this is what each one means to a writer.
+REASONS: dict[type[Exception], str] = {
+    latex_errors.NoAvailableTokensError: "it ends too early (a command is missing an argument, or \\left its \\right)",
+    latex_errors.MissingSuperScriptOrSubscriptError: "^ or _ has nothing after it",
+    latex_errors.ExtraLeftOrMissingRightError: "\\left and \\right do not pair up",
+    latex_errors.MissingEndError: "\\begin has no matching \\end",
+    latex_errors.DoubleSuperscriptsError: "double superscript",
+    latex_errors.DoubleSubscriptsError: "double subscript",
+    latex_errors.NumeratorNotFoundError: "a fraction has no numerator",
+    latex_errors.DenominatorNotFoundError: "a fraction has no denominator",
+    latex_errors.InvalidAlignmentError: "invalid column alignment",
+    latex_errors.InvalidStyleForGenfracError: "invalid \\genfrac style",
+    latex_errors.InvalidWidthError: "invalid width",
+    latex_errors.LimitsMustFollowMathOperatorError: "\\limits must follow an operator such as \\sum",
+}
+
+REFUSED = frozenset({r"\href", r"\class", r"\style"})
+"""Commands that copy their argument into an HTML attribute (a link, a class, inline CSS)."""
+
+ARGUMENTS = {"mfrac": 2, "mroot": 2, "msub": 2, "msup": 2, "msubsup": 3, "munder": 2, "mover": 2, "munderover": 3}
+"""MathML elements with a fixed number of children; fewer means latex2mathml let a missing argument through."""
+
+_CHARACTER_REFERENCE = re.compile(r"&amp;(#x[0-9A-Fa-f]+;)")
+_COMMAND = re.compile(r"\\(?:[A-Za-z]+|.?)")
+_TEXT_ESCAPE = re.compile(r"\\([%_$&#])")
+
+
+def add_math(md: MarkdownIt) -> MarkdownIt:
+    """Teach a markdown-it parser `$…$` and `$$…$$`, rendered as MathML; return the parser."""
+    md.use(
+        dollarmath_plugin,
+        # Pandoc's rule, so prose about money stays prose: no space just inside the dollars, and
+        # no digit just outside them ("$5 and $6" is not math; "$x$5" is not either).
+        allow_space=False,
+        allow_digits=False,
+        allow_labels=False,
+        allow_blank_lines=False,
+        double_inline=True,  # `$$…$$` inside a paragraph is display math, not `$` + `$…$` + `$`
+    )
+    for token_type, display in MATH_TOKENS.items():
+        md.add_render_rule(token_type, _math_rule(display))
+    return md
+
+
+def _math_rule(display: bool):
+    def render(self, tokens, idx, options, env) -> str:
+        mathml = to_mathml(tokens[idx].content.strip(), display=display)
+        return mathml + "\n" if tokens[idx].type == "math_block" else mathml
+
+    return render
+
+
+@lru_cache(maxsize=1)
+def _tokenizer() -> MarkdownIt:
+    # The renderer's settings (render.Renderer): tables split cells before math is looked for.
+    return add_math(MarkdownIt("commonmark", {"html": False}).enable("table"))
+
+
+def formulas(text: str) -> tuple[Formula, ...]:
+    """Return the formulas of Markdown text, each once, as block or inline rendering would find them."""
+    if "$" not in text:
+        return ()
+    md = _tokenizer()
+    found: dict[Formula, None] = {}
+    # A field may be rendered either way (`md` or `mdi`), and they differ: an indented line is a
+    # code block only to block rendering. Checking both covers whichever the templates choose.
+    for token in [*md.parse(text), *md.parseInline(text)]:
+        for child in [token, *(token.children or ())]:
+            if child.type in MATH_TOKENS:
+                found.setdefault(Formula(child.content.strip(), MATH_TOKENS[child.type]), None)
+    return tuple(found)
+
+
+@lru_cache(maxsize=4096)  # validation converts every formula, then rendering asks for it again
+def to_mathml(latex: str, *, display: bool) -> str:
+    """Convert one formula to a MathML `<math>` element; raise MalformedMath if it is not sound TeX."""
+    if problem := brace_problem(latex):
+        raise MalformedMath(problem)
+    try:
+        refused = sorted(REFUSED.intersection(tokenize(latex)))
+        if refused:
+            raise MalformedMath(f"{refused[0]} is not allowed: it writes its argument into the page's HTML")
+        element = convert_to_element(latex, display="block" if display else "inline")
+    except MalformedMath:
+        raise
+    except Exception as exc:  # latex2mathml also fails with IndexError, StopIteration… on odd input
+        raise MalformedMath(REASONS.get(type(exc), f"latex2mathml cannot convert it ({type(exc).__name__})")) from exc
+    for node in element.iter("mtext"):
+        # latex2mathml copies \text{…} verbatim, escapes included: "50\%" would show its backslash.
+        node.text = node.text and _TEXT_ESCAPE.sub(r"\1", node.text)
+    check_tree(element)
+    # latex2mathml stores symbols as character references ("&#x02211;") in element text; the
+    # serializer escapes them with everything else, so only those are turned back. Any `<` or `&`
+    # the writer typed (in \text{…}, say) stays escaped.
+    return _CHARACTER_REFERENCE.sub(r"&\1", tostring(element, encoding="unicode"))
+
+
+def brace_problem(latex: str) -> str | None:
+    """Say what is wrong with the formula's `{` `}` pairing, or None when they pair up."""
+    depth = 0
+    escaped = False
+    for char in latex:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                return "unbalanced braces (a } closes nothing)"
+    return "unbalanced braces (a { is never closed)" if depth else None
+
+
+def check_tree(element: Element) -> None:
+    """Raise MalformedMath for what latex2mathml converts without complaint but TeX rejects."""
+    for node in element.iter():
+        if node.text and (command := _COMMAND.search(node.text)):
+            # latex2mathml writes a command it does not know as its own name.
+            name = command.group()
+            if node.tag == "mtext":
+                raise MalformedMath(f"{name} inside \\text{{…}} is not supported; write it outside the text")
+            raise MalformedMath(f"unknown command {name}" if len(name) > 1 else "a lone \\ starts no command")
+        if node.tag in ARGUMENTS and len(node) < ARGUMENTS[node.tag]:
+            raise MalformedMath("a command is missing an argument")
