@@ -8,13 +8,14 @@ tokenized again by a later build, check or serve.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from pathlib import PurePosixPath
 from html import escape
 
 import pygments
 from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
-from pygments.token import STANDARD_TYPES, Token
+from pygments.token import Token
 from pygments.util import ClassNotFound
 
 from infralens.models import SourceFile, SourceLine
@@ -28,12 +29,38 @@ _ALIASES = {
 }
 
 
-PLAIN = frozenset({"n", "p", "o"})
-"""Token classes shown as plain text, so they get no span: plain names, punctuation and operators
-are most of a Python file's tokens, and their spans were a third of a lab page's weight."""
+KINDS: tuple[tuple[object, str], ...] = (
+    (Token.Keyword, "k"),
+    (Token.Operator.Word, "k"),  # and, or, not, in, is read as keywords
+    (Token.Name.Builtin, "b"),
+    (Token.Name.Function, "f"),
+    (Token.Name.Class, "f"),
+    (Token.Name.Namespace, "f"),
+    (Token.Name.Decorator, "f"),
+    (Token.Name.Exception, "f"),
+    (Token.Literal.String, "s"),
+    (Token.Literal.Number, "m"),
+    (Token.Comment, "c"),
+    (Token.Generic.Heading, "h"),
+    (Token.Generic.Subheading, "h"),
+    (Token.Generic.Emph, "e"),
+    (Token.Generic.Strong, "g"),
+)
+"""The kinds of token the theme colours, each a one-letter class, most specific Pygments type
+first. Every other token (plain names, operators, punctuation: most of a Python file) is plain
+text with no span; the spans of Pygments' own fine-grained classes were a third of a lab page."""
 
-FORMAT = "3"
+FORMAT = "4"
 """Version of the HTML highlight_lines writes; part of highlight_key, so a change re-highlights."""
+
+
+@lru_cache(maxsize=None)
+def token_kind(token_type) -> str:
+    """Return the theme's class for a Pygments token type, or "" for plain text."""
+    for kind_type, kind in KINDS:
+        if token_type in kind_type:
+            return kind
+    return ""
 
 
 def lexer_for(path: str) -> Lexer:
@@ -46,20 +73,11 @@ def lexer_for(path: str) -> Lexer:
         return TextLexer(**options)
 
 
-def _css_class(token_type) -> str:
-    # Walk up the token hierarchy until Pygments knows a short class for it, as HtmlFormatter does.
-    while token_type not in STANDARD_TYPES:
-        token_type = token_type.parent
-    return STANDARD_TYPES[token_type]
-
-
 def merged(tokens) -> list[tuple[str, str]]:
     """Turn Pygments tokens into (CSS class, text) runs, neighbours of the same class joined."""
     runs: list[tuple[str, str]] = []
     for token_type, value in tokens:
-        css = "" if token_type in (Token.Text, Token.Text.Whitespace) else _css_class(token_type)
-        if css in PLAIN:
-            css = ""
+        css = token_kind(token_type)
         if runs and runs[-1][0] == css:
             runs[-1] = (css, runs[-1][1] + value)
         else:
