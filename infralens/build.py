@@ -111,6 +111,9 @@ def summary(labs: int, site: Site, started: float, out_dir: Path) -> BuildSummar
     return BuildSummary(labs, html, len(site.pages) - html + len(site.copies), time.perf_counter() - started, out_dir)
 
 
+COMPILED_TEMPLATES = Path(".infralens") / "templates"
+"""Where Jinja keeps compiled templates between builds (git-ignored with the rest of .infralens/)."""
+
 SEARCH_INDEX = "search-index.js"
 """Where the search index goes under output/; templates/_search.html points the search box at it."""
 
@@ -136,7 +139,12 @@ def render_pages(
 ) -> list[Page]:
     """Render the pages, turning template mistakes into errors that name the template line."""
     try:
-        return renderer_for(templates).render_site(project.site, labs, project.sources, runs, only)
+        compiled: Path | None = project.root / COMPILED_TEMPLATES
+        try:
+            compiled.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only checkout still builds, compiling every time
+            compiled = None
+        return renderer_for(templates, compiled).render_site(project.site, labs, project.sources, runs, only)
     except jinja2.TemplateSyntaxError as exc:
         shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
         raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -177,3 +178,13 @@ def test_highlighting_is_cached_on_disk_and_a_cached_build_is_identical(sample_s
     assert run_infralens("build", "--out", "third", cwd=sample_site).returncode == 0
     assert len(list((sample_site / ".infralens/highlight").glob("*.json"))) == 3
     assert "# edited" in (sample_site / "third/code/lab-01-sample/kv.py.html").read_text()
+
+
+def test_a_template_edit_shows_in_the_next_build_despite_compiled_templates(sample_site: Path) -> None:
+    shutil.copytree(REPO / "templates", sample_site / "templates")
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert any((sample_site / ".infralens/templates").iterdir())  # compiled templates were kept
+    base = sample_site / "templates/base.html"
+    base.write_text(base.read_text().replace("Every page works offline", "Edited footer"))
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert "Edited footer" in (sample_site / "output/index.html").read_text()
