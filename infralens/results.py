@@ -13,6 +13,7 @@ import json
 import shutil
 import sys
 from dataclasses import asdict, replace
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -23,8 +24,13 @@ STORE = Path(".infralens") / "runs"
 _FORMAT = "infralens-run-1"
 
 
+@lru_cache(maxsize=None)
 def installed_version(package: str) -> str:
-    """Return an installed package's version without importing it ('none' if absent)."""
+    """Return an installed package's version without importing it ('none' if absent).
+
+    Kept for the life of the process: reading package metadata costs milliseconds a call, and
+    `serve` asks for every starter on every rebuild.
+    """
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

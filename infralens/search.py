@@ -13,7 +13,7 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import PurePosixPath
 
 from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
@@ -164,8 +164,13 @@ def section_text(lab: Lab, section: str) -> str:
     return " ".join(plain_text(part) for part in parts)
 
 
-def lab_documents(site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile]) -> list[Document]:
-    """Return the documents of one lab: the lab, its sections, its key blocks, its starters."""
+@lru_cache(maxsize=1024)
+def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> tuple[Document, ...]:
+    """Return the documents of one lab: the lab, its sections, its key blocks, its starters.
+
+    `texts` are the lab's starters' contents, in the order of `lab.starters`. Kept by their
+    arguments: `serve` rebuilds the index after every edit, and most labs have not changed.
+    """
     lab = resolved.lab
     url = lab_url(lab.id)
     number = f"Lab {lab.number:02d}"
@@ -186,8 +191,8 @@ def lab_documents(site: Site, resolved: ResolvedLab, sources: dict[str, SourceFi
         note = plain_text(block.note)
         fields = ((BLOCK_NAME, block.name), (BLOCK_NOTE, note))
         documents.append(Document(block.name, f"{number} · {lab.title} · {blocks_title}", f"{url}#kb-{block.slug}", snippet(note), fields))
-    for starter in lab.starters:
-        headings, defined, names = starter_names(starter.path, sources[starter.path].text)
+    for starter, text in zip(lab.starters, texts):
+        headings, defined, names = starter_names(starter.path, text)
         role = plain_text(starter.role)
         fields = (
             (STARTER_PATH, starter.path),
@@ -198,25 +203,35 @@ def lab_documents(site: Site, resolved: ResolvedLab, sources: dict[str, SourceFi
         )
         crumb = f"{number} · {lab.title} · Annotated source"
         documents.append(Document(starter.path, crumb, source_url(starter.path), snippet(role), fields))
-    return documents
+    return tuple(documents)
 
 
 def documents(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> list[Document]:
     """Return every document of the site, in the order of the labs and of their pages."""
-    return [document for resolved in labs for document in lab_documents(site, resolved, sources)]
+    return [
+        document
+        for resolved in labs
+        for document in lab_documents(site, resolved, tuple(sources[starter.path].text for starter in resolved.lab.starters))
+    ]
 
 
 def postings(docs: list[Document]) -> dict[str, list[int]]:
     """Map each token to [document id, weight, document id, weight, …], ids ascending."""
     index: dict[str, list[int]] = {}
     for doc_id, document in enumerate(docs):
-        weights: dict[str, int] = {}
-        for weight, text in document.fields:
-            for token in tokens(text):
-                weights[token] = weights.get(token, 0) + weight
-        for token, weight in weights.items():
+        for token, weight in token_weights(document):
             index.setdefault(token, []).extend((doc_id, weight))
     return index
+
+
+@lru_cache(maxsize=8192)
+def token_weights(document: Document) -> tuple[tuple[str, int], ...]:
+    """Return each token of a document with its weight: the sum of the weights of its fields."""
+    weights: dict[str, int] = {}
+    for weight, text in document.fields:
+        for token in tokens(text):
+            weights[token] = weights.get(token, 0) + weight
+    return tuple(weights.items())
 
 
 def search_index(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> str:

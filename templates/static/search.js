@@ -143,13 +143,7 @@
   list.addEventListener("click", close);
   // Close when the reader moves elsewhere; not on blur, which would beat a click on a result.
   for (const type of ["pointerdown", "focusin"]) document.addEventListener(type, (event) => box.contains(event.target) || close());
-  document.addEventListener("keydown", (event) => {
-    const target = event.target;
-    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
-    if (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName)) return;
-    event.preventDefault();
-    input.focus();
-  });
+  // infralens.js shows the box, focuses it on "/" and loaded this script on first use.
   box.hidden = false;
   if (document.activeElement === input) load();
 })();
