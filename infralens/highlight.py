@@ -74,14 +74,14 @@ def lexer_for(path: str) -> Lexer:
 
 
 def merged(tokens) -> list[tuple[str, str]]:
-    """Turn Pygments tokens into (CSS class, text) runs, neighbours of the same class joined."""
+    """Turn Pygments tokens into (kind, text) runs, neighbours of the same kind joined."""
     runs: list[tuple[str, str]] = []
     for token_type, value in tokens:
-        css = token_kind(token_type)
-        if runs and runs[-1][0] == css:
-            runs[-1] = (css, runs[-1][1] + value)
+        kind = token_kind(token_type)
+        if runs and runs[-1][0] == kind:
+            runs[-1] = (kind, runs[-1][1] + value)
         else:
-            runs.append((css, value))
+            runs.append((kind, value))
     return runs
 
 
@@ -90,14 +90,14 @@ def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
     lexer = lexer_for(path)
     lines: list[str] = []
     current: list[str] = []
-    for token_type, value in merged(lexer.get_tokens(text)):
+    for kind, value in merged(lexer.get_tokens(text)):
         pieces = value.split("\n")
         for index, piece in enumerate(pieces):
             if index:
                 lines.append("".join(current))
                 current = []
             if piece:
-                current.append(f'<span class="{token_type}">{escape(piece)}</span>' if token_type else escape(piece))
+                current.append(f'<span class="{kind}">{escape(piece)}</span>' if kind else escape(piece))
     lines.append("".join(current))
     count = len(text.split("\n"))
     return tuple(lines[:count]), lexer.name
