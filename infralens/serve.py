@@ -163,6 +163,8 @@ def serve(site_path: Path, out_dir: Path, port: int, log, ready=None, stop: thre
     """Build, serve and watch until `stop` is set (or forever)."""
     root = site_path.parent
     state = BuildState()
+    # Stamps taken before the first build: an edit made while it runs is then seen as a change.
+    stamps = snapshot_inputs(root)
     rebuild(site_path, out_dir, state, log)
     out_dir.mkdir(parents=True, exist_ok=True)
     handler = partial(Handler, state=state, directory=str(out_dir.resolve()))
@@ -173,7 +175,6 @@ def serve(site_path: Path, out_dir: Path, port: int, log, ready=None, stop: thre
     if ready:
         ready(f"http://127.0.0.1:{server.server_address[1]}/")
     stop = stop or threading.Event()
-    stamps = snapshot_inputs(root)
     try:
         while not stop.wait(0.25):
             current = snapshot_inputs(root)

@@ -101,3 +101,30 @@ def test_an_open_page_reloads_itself_after_a_change_in_real_chromium(server, sam
         assert errors == []
     finally:
         context.close()
+
+
+def test_an_edit_made_while_the_first_build_runs_is_not_missed(sample_site: Path) -> None:
+    import threading
+
+    from infralens.serve import serve
+
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if len(lines) == 1:  # still inside the first build: the contributor saves a file now
+            manifest.write_text(manifest.read_text().replace("title: Sample KV bytes", "title: Saved during the build"))
+
+    thread = threading.Thread(target=serve, args=(sample_site / "site.yml", sample_site / "output", 0, log), kwargs={"stop": stop})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert len(lines) >= 2 and lines[1].startswith("rebuilt 2 labs"), lines
+    assert "<h1>Saved during the build</h1>" in (sample_site / "output/labs/lab-01-sample/index.html").read_text()
