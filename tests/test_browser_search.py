@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, Tab
 from infralens.load import load_project
 
 PROJECT = load_project(REPO / "site.yml")
@@ -145,18 +145,15 @@ def test_without_javascript_there_is_no_search_box(search_tab) -> None:
 def test_search_works_from_file_urls(search_tab, chromium, real_site: Path) -> None:
     context = chromium.new_context()
     try:
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto((real_site / "labs" / LAB / "index.html").as_uri())
+        tab = Tab(context, real_site.as_uri() + "/")
+        page = tab.goto(f"labs/{LAB}/index.html")
         focus_and_load(page)
         page.keyboard.type(IDENTIFIER)
         page.locator("#site-search-option-0").wait_for()
         with page.expect_navigation():
             page.keyboard.press("Enter")
         assert page.url == (real_site / f"{STARTER}.html").as_uri()
-        assert errors == []
+        assert tab.errors == [] and tab.external == []
     finally:
         context.close()
 

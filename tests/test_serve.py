@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Tab
+
 
 def fetch(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -87,18 +89,15 @@ def test_an_open_page_reloads_itself_after_a_change_in_real_chromium(server, sam
     process, base = server
     context = chromium.new_context()
     try:
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(base + "labs/lab-01-sample/index.html")
+        tab = Tab(context, base)
+        page = tab.goto("labs/lab-01-sample/index.html")
         assert page.text_content("h1") == "Sample KV bytes"
         page.wait_for_timeout(600)  # let the reload script see the current version first
         manifest = sample_site / "labs/lab-01-sample.yml"
         manifest.write_text(manifest.read_text().replace("title: Sample KV bytes", "title: Reloaded KV bytes"))
         # No navigation from the test: only the page's own script can bring the new title.
         page.wait_for_function("document.querySelector('h1').textContent === 'Reloaded KV bytes'", timeout=20000)
-        assert errors == []
+        assert tab.errors == [] and tab.external == []
     finally:
         context.close()
 
