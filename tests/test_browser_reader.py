@@ -224,3 +224,12 @@ def test_screenshots_of_the_index_and_a_lab_page(open_tab, screenshot_dir: Path)
             page.screenshot(path=str(target), full_page=name == "index")
             assert target.stat().st_size > 10_000
             assert tab.errors == []
+
+
+@pytest.mark.parametrize("fragment", ["#%E0%A4%A", "#L99999", "#kb-no-such-note", "#L5-Lx", "#concept-goal"])
+def test_a_fragment_that_names_nothing_selects_nothing_and_logs_no_error(open_tab, fragment: str) -> None:
+    tab = open_tab()
+    page = tab.goto(LAB_PAGE + fragment)
+    page.wait_for_load_state("load")
+    assert selected(page) == [] and page.locator(".kb-panel").is_hidden()
+    assert tab.errors == []

@@ -169,7 +169,9 @@
   }
 
   function followHash(scroll) {
-    const hash = decodeURIComponent(location.hash.slice(1)), range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
+    let hash;
+    try { hash = decodeURIComponent(location.hash.slice(1)); } catch (e) { return false; }  // a mangled link
+    const range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
     if (range) return selectLines(+range[1], +(range[2] || range[1]), scroll);
     return hash.startsWith("kb-") && selectBlock(hash.slice(3), scroll);
   }
