@@ -1,159 +1,670 @@
-"""The build pipeline: load → validate → resolve excerpts → render → write."""
+"""The build pipeline: read → parse → check → resolve → render → index → commit.
+
+Work is per lab. Each lab's pages (its lab page and the source views of its starters) and its
+search documents are keyed by a hash of everything they are made from: its manifest and starter
+texts, site.yml, the theme, the tool's version, the recorded runs of its starters and the few
+neighbours its navigation names. A lab whose key is unchanged, with its files still in output/ as
+the last build left them, is not parsed, rendered or written again. Cold work is spread over the
+cores. The workspace does every read and write; the stages between are pure.
+"""
 
 from __future__ import annotations
 
+import os
 import time
-import traceback
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Iterable, Iterator
 
-import jinja2
+from infralens import __version__
+from infralens.errors import InputError, Mark, Problem, Problems
+from infralens.models import Lab, LabCard, ResolvedLab, RunResult, Site, SourceFile, card_of
+from infralens.workspace import Manifest, Stamp, Workspace, digest
 
-from infralens.assets import MINIFIED, minified
-from infralens.errors import InputError, Mark, Problem
-from infralens.links import Link, check_links
-from infralens.load import Project, display_path, load_project
-from infralens.models import ResolvedLab, RunResult
-from infralens.render import Page, artifact_url, renderer_for
-from infralens.results import recorded_runs
-from infralens.search import search_index
-from infralens.validate import resolve
-from infralens.write import Copy, write_in_place, write_site
-
-
-@dataclass(frozen=True)
-class BuildSummary:
-    """What a successful build made."""
-
-    labs: int
-    pages: int
-    """HTML pages rendered."""
-    files: int
-    """Everything else written: copied files and generated ones such as the search index."""
-    seconds: float
-    out_dir: Path
-
-
-@dataclass(frozen=True)
-class Site:
-    """A site rendered in memory: the pages and the files to copy beside them."""
-
-    project: Project
-    labs: tuple[ResolvedLab, ...]
-    pages: list[Page]
-    copies: list[Copy]
-
-    def links(self) -> list[Link]:
-        """Every link of every page, with its problem if it is broken."""
-        return check_links(self.pages, {copy.dest for copy in self.copies})
-
-
-def render(site_path: Path, only: frozenset[str] | None = None) -> Site:
-    """Load, validate, resolve and render the site without writing anything.
-
-    With `only` (lab ids), render just the pages a change to those labs' starters affects.
-    """
-    project = load_project(site_path)
-    labs = resolve(project)
-    runs = recorded_runs(project.root, [starter for lab in project.labs for starter in lab.starters])
-    templates = theme_dir(project.root)
-    pages = render_pages(templates, project, labs, {path: result for path, (result, _) in runs.items()}, only)
-    # Every page's search box reads the index, so even a partial render writes it again.
-    pages.append(Page(SEARCH_INDEX, search_index(project.site, labs, project.sources)))
-    if only is not None:
-        owned = {starter.path for lab in project.labs if lab.id in only for starter in lab.starters}
-        return Site(project, labs, pages, [Copy(project.root / path, path) for path in sorted(owned)])
-    copies = [Copy(project.root / path, path) for path in project.sources]
-    copies += [
-        Copy(folder / name, artifact_url(result.lab, name))
-        for result, folder in runs.values()
-        for name in result.artifacts
-    ]
-    for asset in sorted((templates / "static").glob("*")):
-        if asset.is_file() and asset.name.endswith(MINIFIED):
-            pages.append(Page(f"static/{asset.name}", minified(asset.name, asset.read_text(encoding="utf-8"))))
-        elif asset.is_file():
-            copies.append(Copy(asset, f"static/{asset.name}"))
-    return Site(project, labs, pages, copies)
-
-
-def build(site_path: Path, out_dir: Path, *, strict: bool = False) -> BuildSummary:
-    """Build the site described by site_path into out_dir, or raise InputError and touch nothing.
-
-    With `strict`, a broken internal link or anchor, or a non-http(s) external link, fails the build.
-    """
-    started = time.perf_counter()
-    check_out_dir(site_path.parent, out_dir)
-    site = render(site_path)
-    if strict:
-        broken = [link for link in site.links() if link.problem]
-        if broken:
-            raise InputError([Problem(Mark(f"{out_dir.name}/{link.page}", link.line, link.col), link.problem) for link in broken])
-    write_site(out_dir, site.pages, site.copies)
-    return summary(len(site.labs), site, started, out_dir)
-
-
-def update(site_path: Path, out_dir: Path, lab_ids: frozenset[str]) -> BuildSummary:
-    """Re-render only what a change to these labs' starters affects, writing the pages in place.
-
-    For `serve`: the full site must already be in out_dir. Validation still covers the whole site,
-    so an error anywhere is reported as in a full build.
-    """
-    started = time.perf_counter()
-    site = render(site_path, only=lab_ids)
-    write_in_place(out_dir, site.pages, site.copies)
-    return summary(len(lab_ids), site, started, out_dir)
-
-
-def summary(labs: int, site: Site, started: float, out_dir: Path) -> BuildSummary:
-    """Count what was written: HTML pages, and the other files."""
-    html = sum(page.path.endswith(".html") for page in site.pages)
-    return BuildSummary(labs, html, len(site.pages) - html + len(site.copies), time.perf_counter() - started, out_dir)
-
-
-COMPILED_TEMPLATES = Path(".infralens") / "templates"
-"""Where Jinja keeps compiled templates between builds (git-ignored with the rest of .infralens/)."""
+PARALLEL_FROM = 24
+"""Below this many labs to parse or render, a pool of processes costs more than it saves."""
 
 SEARCH_INDEX = "search-index.js"
 """Where the search index goes under output/; templates/_search.html points the search box at it."""
 
-DEFAULT_THEME = Path(__file__).resolve().parent.parent / "templates"
-"""The repository's own templates/, used by a site that has no templates/ of its own."""
+STATE_FORMAT = "build-state-1"
 
 
-def theme_dir(root: Path) -> Path:
-    """Return the site's templates/ folder, or the default theme when it has none."""
-    own = root / "templates"
-    return own if own.is_dir() else DEFAULT_THEME
+@dataclass(frozen=True)
+class BuildSummary:
+    """What a successful build did."""
+
+    labs: int
+    """Labs in the site."""
+    rendered: int
+    """Labs whose pages were rendered again (all of them in a cold build)."""
+    pages: int
+    """HTML pages written."""
+    files: int
+    """Other files written: copied starters, theme assets, the search index."""
+    removed: int
+    """Files removed because the site no longer has them."""
+    seconds: float
+    out_dir: Path
 
 
-def check_out_dir(root: Path, out_dir: Path) -> None:
-    """Refuse an output folder whose replacement would delete the project itself."""
-    out, project = out_dir.resolve(), root.resolve()
-    if project == out or project.is_relative_to(out) or any((out / name).exists() for name in ("site.yml", ".git", "pyproject.toml")):
-        raise InputError([Problem(Mark(str(out_dir)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
+@dataclass
+class UnitRecord:
+    """What the last build made for one lab: its key and the files it wrote."""
+
+    key: str
+    files: dict[str, Stamp]
+    search: str
+    """Key of the lab's search documents in the cache."""
 
 
-def render_pages(
-    templates: Path, project: Project, labs: tuple[ResolvedLab, ...], runs: dict[str, RunResult], only: frozenset[str] | None = None
-) -> list[Page]:
-    """Render the pages, turning template mistakes into errors that name the template line."""
+@dataclass
+class BuildState:
+    """What the last build of one output folder left, kept in the cache between builds."""
+
+    cards: dict[str, LabCard] = field(default_factory=dict)
+    """Manifest digest → the card parsed from it: an unchanged manifest is not parsed again."""
+    units: dict[str, UnitRecord] = field(default_factory=dict)
+    """Lab id → what its pages were made from."""
+    shared: dict[str, tuple[str, Stamp]] = field(default_factory=dict)
+    """Output path → (key, stamp) of the files no single lab owns: index, search index, theme."""
+    site: tuple[str, Site] | None = None
+    """The digest of site.yml's text and the Site parsed from it."""
+    run_keys: dict[tuple[str, str], tuple[tuple, str]] = field(default_factory=dict)
+    """(starter path, run spec) → (stamp of its folder, run key): a folder is hashed again only when it changed."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One lab's share of a build: what its pages are made from."""
+
+    manifest: Manifest
+    card: LabCard
+    sources: tuple[tuple[str, str], ...]
+    """(path, text) of each of the lab's starters."""
+    runs: tuple[tuple[str, RunResult], ...]
+    nav: "Nav"
+    key: str
+    search_key: str
+
+
+@dataclass(frozen=True)
+class Nav:
+    """What a lab page's navigation names: its neighbours and a window of its track, never the whole site."""
+
+    track_title: str
+    window: tuple[LabCard, ...]
+    """Labs of the same track around this one, itself included, in order."""
+    before: int
+    """Labs of the track before the window."""
+    after: int
+    """Labs of the track after the window."""
+    previous: LabCard | None
+    next: LabCard | None
+    other_tracks: tuple[tuple[str, str], ...]
+    """(id, title) of the other tracks that have labs, which the index lists in full."""
+
+
+NAV_WINDOW = 5
+"""Labs of the track shown on each side of the current one in a lab page's navigation."""
+
+
+@dataclass
+class Outcome:
+    """What rendering one lab produced: its files (path → content), or its problems."""
+
+    lab_id: str
+    files: dict[str, str]
+    problems: list[Problem]
+
+
+# ---------------------------------------------------------------------------------- the pipeline
+
+
+def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "Session | None" = None) -> BuildSummary:
+    """Build the site into ws.out, redoing only the labs whose inputs changed; raise InputError on any problem.
+
+    With `strict`, a broken internal link or anchor, or a non-http(s) external link, fails the build.
+    With `full`, every lab is rendered again. `session` keeps parsed state between builds of a
+    long-running process (`serve`).
+    """
+    started = time.perf_counter()
+    ws.check_out_dir()
+    session = session or Session()
+    state = session.state_for(ws)
+    site, manifests, cards, parsed = read_and_parse(ws, state, session)
+    starters = read_starters(ws, cards)
+    runs = recorded_runs(ws, cards, session)
+    theme = session.theme(ws)
+    units = plan(site, manifests, cards, starters, runs, theme.key)
+    kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
+    present = ws.present({path: stamp for record in kept.values() for path, stamp in record.files.items()})
+    kept = {lab_id: record for lab_id, record in kept.items() if all(path in present for path in record.files)}
+    dirty = [unit for lab_id, unit in units.items() if lab_id not in kept]
+    staging = ws.staging()
     try:
-        compiled: Path | None = project.root / COMPILED_TEMPLATES
+        outcomes: dict[str, list[str]] = {}
+        problems: list[Problem] = []
+        for outcome in render_units(ws, site, theme, dirty, parsed, session):
+            problems += outcome.problems
+            if not problems:  # after the first problem, only more problems matter
+                for path, content in outcome.files.items():
+                    staging.write(path, content)
+            outcomes[outcome.lab_id] = list(outcome.files)
+        if problems:
+            raise InputError(problems)
+        shared = write_shared(ws, site, theme, units, state, staging, session, full)
+        if strict:
+            check_site_links(ws, staging, units, kept, shared)
+        produced = {path for files in outcomes.values() for path in files} | set(shared)
+        produced |= {path for record in kept.values() for path in record.files}
+        removed = sorted(ws.strays(produced)) if ws.out.is_dir() else []
+        written = list(staging.written)
+        stamps = ws.commit(staging, removed)
+    except BaseException:
+        staging.discard()
+        raise
+    for lab_id, unit in units.items():
+        if lab_id in outcomes:
+            files = {path: stamps[path] for path in outcomes[lab_id]}
+            state.units[lab_id] = UnitRecord(unit.key, files, unit.search_key)
+    for lab_id in list(state.units):
+        if lab_id not in units:
+            del state.units[lab_id]
+    state.shared = {path: (key, stamps.get(path) or state.shared[path][1]) for path, key in shared.items()}
+    state.cards = {digest_manifest(m): cards[m.lab_id] for m in manifests}
+    state.run_keys = session.run_keys
+    session.save_state(ws, state)
+    html = sum(path.endswith(".html") for path in written)
+    return BuildSummary(len(units), len(outcomes), html, len(written) - html, len(removed), time.perf_counter() - started, ws.out)
+
+
+def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:
+    """Read site.yml and every manifest; parse the manifests that changed since the last build.
+
+    Returns the site, the manifests, a card per lab id, and the labs parsed in this build by id.
+    """
+    problems = Problems()
+    site_shown, site_text = ws.read_site()
+    site_key = digest(__version__, site_shown, site_text)
+    site = state.site[1] if state.site and state.site[0] == site_key else None
+    if site is None:
+        from infralens.manifest import parse_site
+
         try:
-            compiled.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only checkout still builds, compiling every time
-            compiled = None
-        return renderer_for(templates, compiled).render_site(project.site, labs, project.sources, runs, only)
-    except jinja2.TemplateSyntaxError as exc:
-        shown = display_path(Path(exc.filename or exc.name or "templates"), project.root)
-        raise InputError([Problem(Mark(shown, exc.lineno or 1), f"template syntax error: {exc.message}")]) from None
-    except jinja2.TemplateNotFound as exc:
-        raise InputError([Problem(Mark(display_path(templates, project.root)), f"template not found: {exc.name}")]) from None
-    except jinja2.UndefinedError as exc:
-        frame = next(
-            (f for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename.endswith(".html")),
-            None,
+            site = parse_site(site_shown, site_text)
+            state.site = (site_key, site)
+        except InputError as exc:
+            problems.extend(exc.problems)
+    manifests = ws.read_manifests(problems)
+    cards: dict[str, LabCard] = {}
+    to_parse = []
+    for manifest in manifests:
+        card = state.cards.get(digest_manifest(manifest))
+        if card is not None and card.path == manifest.path:
+            cards[manifest.lab_id] = card
+        else:
+            to_parse.append(manifest)
+    parsed: dict[str, Lab] = {}
+    for result in session.map(parse_one, to_parse):
+        if isinstance(result, InputError):
+            problems.extend(result.problems)
+        else:
+            parsed[result.id] = result
+            cards[result.id] = card_of(result)
+    if site is not None:
+        check_cards(site, sorted(cards.values(), key=lambda card: (card.number, card.id)), problems)
+    problems.raise_if_any()
+    assert site is not None
+    return site, manifests, cards, parsed
+
+
+def digest_manifest(manifest: Manifest) -> str:
+    return digest(__version__, manifest.key)
+
+
+def parse_one(manifest: Manifest) -> Lab | InputError:
+    """Parse one manifest (in a worker process when there are many)."""
+    from infralens.manifest import parse_lab
+
+    try:
+        return parse_lab(manifest.path, manifest.lab_id, manifest.text)
+    except InputError as exc:
+        return exc
+
+
+def check_cards(site: Site, cards: list[LabCard], problems: Problems) -> None:
+    """Report tracks site.yml does not declare and lab numbers used twice."""
+    from infralens.schema import did_you_mean
+
+    tracks = [track.id for track in site.tracks]
+    by_number: dict[int, LabCard] = {}
+    for card in cards:
+        if card.track not in tracks:
+            problems.add(card.track_mark, f"unknown track {card.track!r}{did_you_mean(card.track, tracks)}; tracks in {site.path}: {', '.join(tracks)}")
+        first = by_number.get(card.number)
+        if first is not None:
+            problems.add(card.number_mark, f"lab number {card.number} is already used by {first.path}:{first.number_mark.line}")
+        else:
+            by_number[card.number] = card
+
+
+def read_starters(ws: Workspace, cards: dict[str, LabCard]) -> dict[str, tuple[str, str]]:
+    """Read every starter the labs declare: path → (text, digest of the text)."""
+    problems = Problems()
+    texts: dict[str, tuple[str, str]] = {}
+    owners: dict[str, LabCard] = {}
+    for card in cards.values():
+        for starter in card.starters:
+            if starter.path in owners:
+                if owners[starter.path].id != card.id:
+                    other = owners[starter.path]
+                    problems.add(starter.mark, f"starter {starter.path!r} is already a starter of {other.id}; a starter belongs to one lab")
+                continue
+            owners[starter.path] = card
+            text = ws.read_starter(starter.path, starter.mark, problems)
+            if text is not None:
+                texts[starter.path] = (text, digest(text))
+    problems.raise_if_any()
+    return texts
+
+
+def recorded_runs(ws: Workspace, cards: dict[str, LabCard], session: "Session") -> dict[str, RunResult]:
+    """Return the stored result of each runnable starter's current version, by starter path."""
+    from infralens.results import ResultStore
+
+    store = ResultStore(ws.runs_folder())
+    found = {}
+    for card in cards.values():
+        for starter in card.starters:
+            if starter.run is None:
+                continue
+            result = store.load(session.run_key(ws, starter))
+            if result is not None:
+                found[starter.path] = result
+    return found
+
+
+def plan(
+    site: Site, manifests: list[Manifest], cards: dict[str, LabCard], starters: dict[str, tuple[str, str]], runs: dict[str, RunResult], theme_key: str
+) -> dict[str, Unit]:
+    """Key each lab's share of the build by everything its pages and search documents are made from."""
+    ordered = sorted(cards.values(), key=lambda card: card.number)
+    site_key = digest(__version__, theme_key, repr(site))
+    tracks_key = digest(repr(site.tracks))
+    by_id = {m.lab_id: m for m in manifests}
+    navs = navigation(site, ordered)
+    units = {}
+    for card in ordered:
+        manifest = by_id[card.id]
+        sources = tuple((s.path, starters[s.path][0]) for s in card.starters)
+        lab_runs = tuple((s.path, runs[s.path]) for s in card.starters if s.path in runs)
+        source_key = digest(*(f"{s.path}\0{starters[s.path][1]}" for s in card.starters))
+        search_key = digest(__version__, "search", tracks_key, manifest.key, source_key)
+        nav = navs[card.id]
+        key = digest(site_key, manifest.key, source_key, repr(lab_runs), nav_key(nav))
+        units[card.id] = Unit(manifest, card, sources, lab_runs, nav, key, search_key)
+    return units
+
+
+def nav_key(nav: Nav) -> str:
+    """Hash what a lab page shows of its neighbours: their ids, numbers and titles, and the track."""
+    def named(card: LabCard | None) -> str:
+        return f"{card.id}\0{card.number}\0{card.title}" if card else "-"
+
+    return digest(nav.track_title, str(nav.before), str(nav.after), named(nav.previous), named(nav.next), repr(nav.other_tracks), *map(named, nav.window))
+
+
+def navigation(site: Site, ordered: list[LabCard]) -> dict[str, Nav]:
+    """Return each lab's navigation: its previous and next lab and a window of its own track."""
+    titles = {track.id: track.title for track in site.tracks}
+    by_track: dict[str, list[LabCard]] = {}
+    for card in ordered:
+        by_track.setdefault(card.track, []).append(card)
+    navs = {}
+    filled = [(track.id, track.title) for track in site.tracks if track.id in by_track]
+    for index, card in enumerate(ordered):
+        track = by_track[card.track]
+        at = track.index(card)
+        low, high = max(0, at - NAV_WINDOW), min(len(track), at + NAV_WINDOW + 1)
+        navs[card.id] = Nav(
+            titles.get(card.track, card.track),
+            tuple(track[low:high]),
+            low,
+            len(track) - high,
+            ordered[index - 1] if index > 0 else None,
+            ordered[index + 1] if index + 1 < len(ordered) else None,
+            tuple(pair for pair in filled if pair[0] != card.track),
         )
-        mark = Mark(display_path(Path(frame.filename), project.root), frame.lineno or 1) if frame else Mark(display_path(templates, project.root))
-        raise InputError([Problem(mark, f"template error: {exc.message}")]) from None
+    return navs
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True)
+class Theme:
+    """The template folders of a build, the compiled-template cache, and a key of their contents."""
+
+    dirs: tuple[Path, ...]
+    compiled: Path | None
+    key: str
+    assets: tuple[tuple[str, Path], ...]
+    """(name, file) of each static asset, the site's own overriding the packaged ones."""
+
+
+def render_units(ws: Workspace, site: Site, theme: Theme, units: list[Unit], parsed: dict[str, Lab], session: "Session") -> Iterator[Outcome]:
+    """Render the pages and search documents of these labs, in worker processes when there are many.
+
+    Outcomes come back one by one, so the pages of a cold build are never all in memory at once.
+    """
+    tasks = [(unit, parsed.get(unit.card.id)) for unit in units]
+    in_process = len(tasks) < PARALLEL_FROM or session.jobs < 2
+    context = RenderContext(ws if in_process else replace(ws, memory={}, memory_limit=0), site, theme)
+    return session.map(render_task, tasks, context=context)
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What every lab's rendering shares; handed once to each worker process."""
+
+    ws: Workspace
+    site: Site
+    theme: Theme
+
+
+_WORKER: dict[str, object] = {}
+"""The render context and renderer of this process: set by `use_context`, in a worker for the pool's life."""
+
+
+def use_context(context: RenderContext) -> None:
+    if _WORKER.get("context") is not context:
+        from infralens.render import Renderer
+
+        _WORKER["context"] = context
+        _WORKER["renderer"] = Renderer(context.theme.dirs, context.theme.compiled)
+
+
+def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
+    """Parse (if needed), resolve and render one lab; its problems are returned, not raised."""
+    from infralens.excerpts import resolve_excerpt
+    from infralens.search import lab_partial
+
+    unit, lab = task
+    context: RenderContext = _WORKER["context"]  # type: ignore[assignment]
+    renderer = _WORKER["renderer"]
+    if lab is None:
+        lab = parse_one(unit.manifest)
+        if isinstance(lab, InputError):
+            return Outcome(unit.card.id, {}, lab.problems)
+    sources = {path: highlighted(context.ws, path, text) for path, text in unit.sources}
+    problems = Problems()
+    excerpt = resolve_excerpt(lab, sources[lab.preview.starter], problems)
+    if excerpt is None or problems:
+        return Outcome(lab.id, {}, list(problems))
+    resolved = ResolvedLab(lab, excerpt)
+    try:
+        pages = renderer.render_lab_pages(context.site, resolved, sources, dict(unit.runs), unit.nav)
+    except InputError as exc:
+        return Outcome(lab.id, {}, exc.problems)
+    files = {page.path: page.html for page in pages}
+    if context.ws.recall("search", unit.search_key) is None:
+        # The search documents go to the cache, not back to the caller: the index is merged from there.
+        context.ws.store("search", unit.search_key, lab_partial(context.site, resolved, tuple(text for _, text in unit.sources)))
+    return Outcome(lab.id, files, [])
+
+
+def highlighted(ws: Workspace, path: str, text: str) -> SourceFile:
+    """Highlight a starter, reusing the highlighted lines stored for the same content."""
+    from infralens.highlight import highlight_key, highlight_lines, source_file
+
+    key = highlight_key(path, text)
+    lines = ws.recall("highlight", key)
+    if lines is None:
+        lines = highlight_lines(path, text)
+        ws.store("highlight", key, lines)
+    return source_file(path, text, lines)
+
+
+def write_shared(
+    ws: Workspace,
+    site: Site,
+    theme: Theme,
+    units: dict[str, Unit],
+    state: BuildState,
+    staging,
+    session: "Session",
+    full: bool,
+) -> dict[str, str]:
+    """Stage the files no single lab owns when they changed: the index, the search index, theme assets, raw starters and run artifacts.
+
+    Returns output path → key of every such file the site has.
+    """
+    from infralens.assets import MINIFIED, minified
+    from infralens.render import artifact_url
+    from infralens.results import ResultStore
+
+    present = ws.present({path: stamp for path, (_, stamp) in state.shared.items()})
+    keys: dict[str, str] = {}
+
+    def stage(path: str, key: str, make) -> None:
+        keys[path] = key
+        recorded = state.shared.get(path)
+        if full or recorded is None or recorded[0] != key or path not in present:
+            make(path)
+
+    ordered = [unit.card for unit in sorted(units.values(), key=lambda u: u.card.number)]
+    runs = {path: result for unit in units.values() for path, result in unit.runs}
+    index_key = digest(theme.key, repr(site), repr(ordered), repr(sorted(runs.items())))
+    context = RenderContext(ws, site, theme)
+    use_context(context)
+    renderer = _WORKER["renderer"]
+    stage("index.html", index_key, lambda path: staging.write(path, renderer.render_index(site, ordered, runs)))
+    search_key = digest(*(unit.search_key for unit in units.values()))
+
+    def search_file(path: str) -> None:
+        from infralens.search import merge_index
+
+        def partials():
+            for unit in units.values():
+                partial = ws.recall("search", unit.search_key)
+                if partial is None:  # lost from the cache: render the lab again for its documents
+                    render_task((unit, None))
+                    partial = ws.recall("search", unit.search_key)
+                yield partial
+
+        staging.write(path, merge_index(partials()))
+
+    stage(SEARCH_INDEX, search_key, search_file)
+    for name, file in theme.assets:
+        text_key = digest(name, file.read_bytes())
+        if name.endswith(MINIFIED):
+            stage(f"static/{name}", text_key, lambda path, f=file, n=name: staging.write(path, minified(n, f.read_text(encoding="utf-8"))))
+        else:
+            stage(f"static/{name}", text_key, lambda path, f=file: staging.copy(f, path))
+    store = ResultStore(ws.runs_folder())
+    for unit in units.values():
+        for path, text in unit.sources:
+            stage(path, digest(text), lambda p, t=text: staging.write(p, t))
+        for starter_path, result in unit.runs:
+            folder = store.slot(session.run_key(ws, next(s for s in unit.card.starters if s.path == starter_path)))
+            for name in result.artifacts:
+                source = folder / name
+                if source.is_file():
+                    stage(artifact_url(unit.card.id, name), digest(source.read_bytes()), lambda p, f=source: staging.copy(f, p))
+    return keys
+
+
+def check_site_links(ws: Workspace, staging, units: dict[str, Unit], kept: dict[str, UnitRecord], shared: dict[str, str]) -> None:
+    """Fail on a broken link or anchor anywhere in the site as it will be after this build."""
+    from infralens.links import check_links
+    from infralens.render import Page
+
+    staged = set(staging.written)
+    every = {path for record in kept.values() for path in record.files} | set(staged) | set(shared)
+
+    def read(path: str) -> str:
+        folder = staging.folder if path in staged else ws.out
+        return (folder / path).read_text(encoding="utf-8")
+
+    pages = [Page(path, read(path)) for path in sorted(every) if path.endswith(".html")]
+    broken = [link for link in check_links(pages, every) if link.problem]
+    if broken:
+        raise InputError([Problem(Mark(f"{ws.out.name}/{link.page}", link.line, link.col), link.problem) for link in broken])
+
+
+# ---------------------------------------------------------------------------------- the session
+
+
+class Session:
+    """What one process keeps between builds: the build state, the theme's key, run keys, a worker pool.
+
+    A CLI build uses a fresh one; `serve` keeps one for its whole life, so an edit re-reads the
+    files but re-parses and re-renders only the labs it touched.
+    """
+
+    def __init__(self, *, jobs: int | None = None, keep_state: bool = False) -> None:
+        self.jobs = jobs or os.cpu_count() or 1
+        self.keep_state = keep_state
+        self._state: BuildState | None = None
+        self.run_keys: dict[tuple[str, str], tuple[tuple, str]] = {}
+
+    def state_for(self, ws: Workspace) -> BuildState:
+        if self._state is not None:
+            return self._state
+        state = ws.recall("state", ws.output_state_key())
+        if not isinstance(state, BuildState) or not ws.out.is_dir():
+            state = BuildState()
+        self.run_keys = dict(state.run_keys)
+        return state
+
+    def save_state(self, ws: Workspace, state: BuildState) -> None:
+        ws.store("state", ws.output_state_key(), state)
+        if self.keep_state:
+            self._state = state
+
+    def theme(self, ws: Workspace) -> Theme:
+        from infralens.render import packaged_theme
+
+        dirs = ws.theme_dirs(packaged_theme())
+        assets: dict[str, Path] = {}
+        parts = []
+        for folder in reversed(dirs):  # the site's own files override the packaged ones
+            for file in sorted(folder.rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    parts.append(f"{file.relative_to(folder)}\0{file.stat().st_mtime_ns}\0{file.stat().st_size}")
+                    if file.parent == folder / "static":
+                        assets[file.name] = file
+        return Theme(dirs, ws.templates_cache(), digest(__version__, *parts), tuple(sorted(assets.items())))
+
+    def run_key(self, ws: Workspace, starter) -> str:
+        """Return the run key of a starter, hashing its folder again only when a file in it changed."""
+        from infralens.results import folder_stamp, run_key
+
+        stamp = folder_stamp(ws.root, starter)
+        remembered = self.run_keys.get((starter.path, repr(starter.run)))
+        if remembered and remembered[0] == stamp:
+            return remembered[1]
+        key = run_key(ws.root, starter)
+        self.run_keys[starter.path, repr(starter.run)] = (stamp, key)
+        return key
+
+    def map(self, function, items: list, *, context: RenderContext | None = None) -> Iterator:
+        """Apply function to every item, in up to `jobs` worker processes when there are enough items."""
+        if context is not None:
+            use_context(context)
+        if len(items) < PARALLEL_FROM or self.jobs < 2:
+            return map(function, items)
+        return self._pool_map(function, items, context)
+
+    def _pool_map(self, function, items: list, context: RenderContext | None) -> Iterator:
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("fork"), initializer=use_context if context else None, initargs=(context,) if context else ())
+        try:
+            yield from pool.map(function, items, chunksize=max(1, min(16, len(items) // (self.jobs * 4))))
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+
+# ---------------------------------------------------------------------------------- for check, links and tests
+
+
+@dataclass(frozen=True)
+class Project:
+    """Everything a build reads, parsed: the site, its labs in number order and their starters."""
+
+    root: Path
+    site: Site
+    labs: tuple[Lab, ...]
+    sources: dict[str, SourceFile]
+    """Starter path → highlighted file."""
+
+
+def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
+    """Read and parse the whole project, every lab and starter, without building anything."""
+    ws = Workspace.open(site_path, cache_dir=cache_dir)
+    site, manifests, cards, parsed = read_and_parse(ws, BuildState(), Session(jobs=1))
+    texts = read_starters(ws, cards)
+    sources = {path: highlighted(ws, path, text) for path, (text, _) in texts.items()}
+    labs = tuple(sorted(parsed.values(), key=lambda lab: lab.number))
+    return Project(ws.root, site, labs, sources)
+
+
+def resolve(project: Project) -> tuple[ResolvedLab, ...]:
+    """Resolve every lab's excerpt, raising InputError with every problem."""
+    from infralens.excerpts import resolve_excerpt
+
+    problems = Problems()
+    resolved = []
+    for lab in project.labs:
+        excerpt = resolve_excerpt(lab, project.sources[lab.preview.starter], problems)
+        if excerpt is not None:
+            resolved.append(ResolvedLab(lab, excerpt))
+    problems.raise_if_any()
+    return tuple(resolved)
+
+
+def render_in_memory(site_path: Path, cache_dir: Path | None = None) -> list:
+    """Render every page of the site in memory (for `infralens links`); nothing is written to output/."""
+    from infralens.links import Link, check_links  # noqa: F401 - re-exported for callers
+    from infralens.render import Page
+
+    ws = Workspace.open(site_path, cache_dir=cache_dir)
+    with_memory = MemoryStaging()
+    session = Session(jobs=1)
+    site, manifests, cards, parsed = read_and_parse(ws, BuildState(), session)
+    starters = read_starters(ws, cards)
+    runs = recorded_runs(ws, cards, session)
+    theme = session.theme(ws)
+    units = plan(site, manifests, cards, starters, runs, theme.key)
+    problems = []
+    for outcome in render_units(ws, site, theme, list(units.values()), parsed, session):
+        problems += outcome.problems
+        for path, content in outcome.files.items():
+            with_memory.write(path, content)
+    if problems:
+        raise InputError(problems)
+    write_shared(ws, site, theme, units, BuildState(), with_memory, session, True)
+    return [Page(path, content) for path, content in with_memory.pages.items()], set(with_memory.pages) | with_memory.copied
+
+
+class MemoryStaging:
+    """A staging area that keeps pages in memory and only notes copied files."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, str] = {}
+        self.copied: set[str] = set()
+        self.written: list[str] = []
+
+    def write(self, path: str, content: str | bytes) -> None:
+        self.pages[path] = content if isinstance(content, str) else content.decode("utf-8", "replace")
+        self.written.append(path)
+
+    def copy(self, source: Path, path: str) -> None:
+        self.copied.add(path)
+        self.written.append(path)
+
+
+def starters_of(labs: Iterable[Lab]):
+    return [starter for lab in labs for starter in lab.starters]

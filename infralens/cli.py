@@ -10,10 +10,9 @@ from pathlib import Path
 import click
 
 from infralens import __version__
+from infralens.build import Session, load_project, render_in_memory
 from infralens.build import build as build_site
-from infralens.build import render as render_site
 from infralens.errors import InputError
-from infralens.load import load_project
 from infralens.manifest import json_schemas, reference_markdown
 from infralens.models import RunResult
 from infralens.reports import results_json, results_junit
@@ -21,6 +20,13 @@ from infralens.results import ResultStore
 from infralens.runner import run_labs, runnable
 from infralens.scaffold import new_lab
 from infralens.schema import did_you_mean
+from infralens.workspace import CACHE_ENV, Workspace
+
+CACHE_OPTION = click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Folder for caches and stored run results (default: ${CACHE_ENV}, else .infralens beside site.yml).",
+)
 
 
 def report(exc: InputError) -> None:
@@ -41,16 +47,20 @@ def main() -> None:
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file; labs/, code/ and templates/ sit beside it.")
 @click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to write the site into; replaced as a whole only if the build succeeds.")
 @click.option("--strict", is_flag=True, help="Fail on any broken internal link or anchor, or external link that is not http(s).")
-def build(site_path: Path, out_dir: Path, strict: bool) -> None:
-    """Build the static site from site.yml, labs/ and code/."""
+@click.option("--full", is_flag=True, help="Render every lab again, even those whose inputs did not change.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Processes for a cold build (default: the number of cores).")
+@CACHE_OPTION
+def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | None, cache_dir: Path | None) -> None:
+    """Build the static site from site.yml, labs/ and code/; only labs whose inputs changed are rendered again."""
     try:
-        summary = build_site(site_path, out_dir, strict=strict)
+        summary = build_site(Workspace.open(site_path, out_dir, cache_dir), strict=strict, full=full, session=Session(jobs=jobs))
     except InputError as exc:
         report(exc)
         sys.exit(1)
+    removed = f", removed {summary.removed} files" if summary.removed else ""
     click.echo(
-        f"built {summary.labs} lab{'s' if summary.labs != 1 else ''}, {summary.pages} pages and "
-        f"{summary.files} files into {out_dir} in {summary.seconds:.2f} s"
+        f"built {summary.labs} lab{'s' if summary.labs != 1 else ''} ({summary.rendered} rendered): wrote {summary.pages} pages and "
+        f"{summary.files} files into {out_dir}{removed} in {summary.seconds:.2f} s"
     )
 
 
@@ -61,10 +71,11 @@ def build(site_path: Path, out_dir: Path, strict: bool) -> None:
 @click.option("--no-cache", is_flag=True, help="Run every starter even if this exact version already has a stored result.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JSON to this file.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None) -> None:
+@CACHE_OPTION
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, cache_dir: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     try:
-        project = load_project(site_path)
+        project = load_project(site_path, cache_dir)
     except InputError as exc:
         report(exc)
         sys.exit(1)
@@ -83,7 +94,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         cached = "  (stored result)" if result.cached else ""
         click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
 
-    store = ResultStore(project.root)
+    store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show)
     if json_path:
         json_path.write_text(results_json(results), encoding="utf-8")
@@ -130,10 +141,14 @@ def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
 @main.command()
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
 @click.option("--external", is_flag=True, help="Also list the external links (they are checked for http(s), never fetched).")
-def links(site_path: Path, external: bool) -> None:
+@CACHE_OPTION
+def links(site_path: Path, external: bool, cache_dir: Path | None) -> None:
     """Report every link of the built site: broken internal links and anchors first."""
+    from infralens.links import check_links
+
     try:
-        found = render_site(site_path).links()
+        pages, files = render_in_memory(site_path, cache_dir)
+        found = check_links(pages, files)
     except InputError as exc:
         report(exc)
         sys.exit(1)
@@ -152,7 +167,8 @@ def links(site_path: Path, external: bool) -> None:
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
 @click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to build into.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port on 127.0.0.1 (0 picks a free one).")
-def serve(site_path: Path, out_dir: Path, port: int) -> None:
+@CACHE_OPTION
+def serve(site_path: Path, out_dir: Path, port: int, cache_dir: Path | None) -> None:
     """Build, serve the site on 127.0.0.1, rebuild on every change and reload open pages."""
     from infralens.serve import serve as run_server
 
@@ -164,7 +180,7 @@ def serve(site_path: Path, out_dir: Path, port: int) -> None:
         sys.stdout.flush()
 
     try:
-        run_server(site_path, out_dir, port, log, ready)
+        run_server(site_path, out_dir, port, log, ready, cache_dir=cache_dir)
     except KeyboardInterrupt:
         click.echo("stopped")
     except OSError as exc:

@@ -51,6 +51,9 @@ class Problems:
     def __bool__(self) -> bool:
         return bool(self._items)
 
+    def __iter__(self):
+        return iter(self._items)
+
     def raise_if_any(self) -> None:
         if self._items:
             raise InputError(self._items)

@@ -182,6 +182,35 @@ class Lab:
 
 
 @dataclass(frozen=True)
+class LabCard:
+    """What other pages need of a lab: the index, the navigation of its neighbours, checks across labs.
+
+    Small, so a build can keep the card of every lab between runs and parse only what changed.
+    """
+
+    id: str
+    path: str
+    number: int
+    title: str
+    track: str
+    summary: str
+    topic: str
+    concrete: str
+    kind: str
+    starters: tuple[Starter, ...]
+    number_mark: Mark
+    track_mark: Mark
+
+
+def card_of(lab: Lab) -> LabCard:
+    """Return the card of a parsed lab."""
+    return LabCard(
+        lab.id, lab.path, lab.number, lab.title, lab.track, lab.summary, lab.topic, lab.concrete, lab.kind,
+        lab.starters, lab.number_mark, lab.track_mark,
+    )
+
+
+@dataclass(frozen=True)
 class SourceLine:
     """One line of a starter: its real number, its text and its highlighted HTML."""
 

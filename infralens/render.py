@@ -1,6 +1,7 @@
 """Render stage: resolved labs → HTML pages as (output path, text) pairs.
 
-Pure: Jinja2 templates from templates/ (autoescape on, StrictUndefined), markdown-it-py for prose
+Pure: Jinja2 templates of the theme (the packaged one, overridden file by file by a site's own
+templates/; autoescape on, StrictUndefined), markdown-it-py for prose
 with raw HTML escaped, Pygments lines from the highlight stage. Nothing here touches output/.
 """
 
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+import traceback
 from pathlib import Path, PurePosixPath
 
 import jinja2
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from infralens.errors import InputError, Mark, Problem
 from infralens.mathml import add_math
 from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
@@ -99,12 +101,21 @@ def identifier_like(name: str) -> bool:
     )
 
 
-class Renderer:
-    """Holds the template environment and the Markdown parser for one build."""
+def packaged_theme() -> Path:
+    """Return the folder of the theme shipped inside the package (templates/ of the repository)."""
+    from importlib.resources import files
 
-    def __init__(self, templates: Path, compiled: Path | None = None) -> None:
+    return Path(str(files("infralens.theme")))
+
+
+class Renderer:
+    """Holds the template environment and the Markdown parser of one process."""
+
+    def __init__(self, templates: tuple[Path, ...] | Path, compiled: Path | None = None) -> None:
+        folders = (templates,) if isinstance(templates, Path) else templates
+        self.folders = folders
         self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(templates),
+            loader=jinja2.FileSystemLoader([str(folder) for folder in folders]),
             # Compiled templates kept on disk, keyed by each template's source: a one-shot build
             # spends more time compiling the templates than rendering with them.
             bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)) if compiled else None,
@@ -130,52 +141,48 @@ class Renderer:
     def inline_markdown(self, text: str) -> Markup:
         return Markup(self.markdown.renderInline(text))
 
-    def render_site(
-        self,
-        site: Site,
-        labs: tuple[ResolvedLab, ...],
-        sources: dict[str, SourceFile],
-        runs: dict[str, RunResult],
-        only: frozenset[str] | None = None,
-    ) -> list[Page]:
-        """Render the site's pages; `runs` holds the recorded run of each starter's current version.
+    def template(self, name: str, **context) -> str:
+        """Render one template, turning template mistakes into errors that name the template line."""
+        try:
+            return self.env.get_template(name).render(**context)
+        except jinja2.TemplateSyntaxError as exc:
+            raise InputError([Problem(Mark(self.shown(exc.filename or exc.name or name), exc.lineno or 1), f"template syntax error: {exc.message}")]) from None
+        except jinja2.TemplateNotFound as exc:
+            raise InputError([Problem(Mark(self.shown(str(self.folders[0]))), f"template not found: {exc.name}")]) from None
+        except jinja2.UndefinedError as exc:
+            frame = next((f for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename.endswith(".html")), None)
+            mark = Mark(self.shown(frame.filename), frame.lineno or 1) if frame else Mark(self.shown(str(self.folders[0])))
+            raise InputError([Problem(mark, f"template error: {exc.message}")]) from None
 
-        With `only`, render just the index and the pages of those labs (their lab pages and source
-        views): what a change to their starters can affect.
-        """
-        ordered = [r.lab for r in labs]
-        # The navigation is the same on every lab page except for which entry is current, so it is
-        # rendered once and the current entry marked by a string replacement: rendering it inside
-        # each page's template grows as N² with the number of labs.
-        nav = self.env.get_template("nav.html").render(site=site, labs=ordered, root="../../")
-        pages = [Page("index.html", self.env.get_template("index.html").render(site=site, labs=ordered, runs=runs, root=""))]
-        bindings: dict[str, list[Binding]] = {path: [] for path in sources}
-        for index, resolved in enumerate(labs):
-            lab = resolved.lab
-            for block in resolved.excerpt.key_blocks:
-                bindings[resolved.excerpt.starter].append(Binding(lab, block))
-            if only is not None and lab.id not in only:
-                continue
-            page_nav = nav.replace(f'href="../../{lab_url(lab.id)}"', f'href="../../{lab_url(lab.id)}" aria-current="page"', 1)
-            previous_lab = ordered[index - 1] if index > 0 else None
-            next_lab = ordered[index + 1] if index + 1 < len(ordered) else None
-            pages.append(self.render_lab(site, resolved, runs, Markup(page_nav), previous_lab, next_lab))
-        owners = {starter.path: (lab, starter) for lab in ordered for starter in lab.starters}
-        for path, source in sources.items():
-            lab, starter = owners[path]
-            if only is not None and lab.id not in only:
-                continue
-            pages.append(self.render_source(site, lab, starter, source, tuple(bindings[path])))
+    def shown(self, filename: str) -> str:
+        """Name a template file as errors should: relative to the folder above its templates folder."""
+        path = Path(filename).resolve()
+        for folder in self.folders:
+            if path.is_relative_to(folder.resolve()):
+                return f"{folder.name}/{path.relative_to(folder.resolve()).as_posix()}"
+        return filename
+
+    def render_index(self, site: Site, labs: list, runs: dict[str, RunResult]) -> str:
+        """Render the index: every lab by track, with its run status, and the handbook map."""
+        return self.template("index.html", site=site, labs=labs, runs=runs, root="")
+
+    def render_lab_pages(self, site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile], runs: dict[str, RunResult], nav) -> list[Page]:
+        """Render a lab's page and the source view of each of its starters."""
+        lab = resolved.lab
+        pages = [self.render_lab(site, resolved, runs, nav)]
+        bindings = tuple(Binding(lab, block) for block in resolved.excerpt.key_blocks)
+        for starter in lab.starters:
+            bound = bindings if starter.path == resolved.excerpt.starter else ()
+            pages.append(self.render_source(site, lab, starter, sources[starter.path], bound))
         return pages
 
-    def render_lab(
-        self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav: Markup, previous_lab: Lab | None, next_lab: Lab | None
-    ) -> Page:
+    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
         sections = [(sid, eyebrow, lab.section_title(sid)) for sid, eyebrow, _ in SECTIONS]
-        html = self.env.get_template("lab.html").render(
+        html = self.template(
+            "lab.html",
             site=site,
             lab=lab,
             excerpt=excerpt,
@@ -183,8 +190,8 @@ class Renderer:
             rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks)),
             sections=sections,
             nav=nav,
-            previous_lab=previous_lab,
-            next_lab=next_lab,
+            previous_lab=nav.previous,
+            next_lab=nav.next,
             root=root_prefix(path),
         )
         return Page(path, html)
@@ -194,7 +201,8 @@ class Renderer:
         path = source_url(source.path)
         root = root_prefix(path)
         notes = tuple((b.block, f"{root}{lab_url(b.lab.id)}#kb-{b.block.slug}") for b in bindings)
-        html = self.env.get_template("source.html").render(
+        html = self.template(
+            "source.html",
             site=site,
             lab=lab,
             starter=starter,
@@ -206,13 +214,10 @@ class Renderer:
         )
         return Page(path, html)
 
-
-@lru_cache(maxsize=4)
-def renderer_for(templates: Path, compiled: Path | None = None) -> Renderer:
-    """Return the Renderer of a templates folder, kept for the life of the process.
-
-    Compiling the templates is a third of a small site's build; `serve` rebuilds in one process, so
-    it compiles them once, and `compiled` keeps them on disk for the next process. Jinja re-reads
-    a template whose file changed, so edits still show.
-    """
-    return Renderer(templates, compiled)
+    def render_serve_overlay(self, errors: list[str], state_path: str) -> tuple[str, str, str]:
+        """Return what `serve` adds to pages as it serves them: (error banner, reload script, the
+        page it answers with while no build has succeeded yet)."""
+        banner = self.template("serve/banner.html", errors=errors) if errors else ""
+        script = self.template("serve/reload.html", state_path=state_path)
+        failed = self.template("serve/failed.html", banner=Markup(banner), script=Markup(script))
+        return banner, script, failed

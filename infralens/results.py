@@ -1,7 +1,7 @@
 """Run results kept between runs: a starter is re-run only when something it depends on changed.
 
-A result is stored under `.infralens/runs/<key>/` (result.json plus the run's artifacts), where the
-key hashes everything the run depends on: the files of the starter's folder, its run spec, and the
+A result is stored under `<cache>/runs/<key>/` (result.json plus the run's artifacts; the cache
+folder is the workspace's), where the key hashes everything the run depends on: the files of the starter's folder, its run spec, and the
 Python and PyTorch versions. `check` reads a stored result instead of running again; `build` reads
 the result of each starter's current version to show on its page.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 from infralens.errors import Mark
 from infralens.models import RunResult, Starter
 
-STORE = Path(".infralens") / "runs"
 _FORMAT = "infralens-run-1"
 
 
@@ -37,6 +36,21 @@ def installed_version(package: str) -> str:
         return "none"
 
 
+def starter_files(root: Path, starter: Starter) -> list[Path]:
+    """Every file of a starter's folder: starters may import or read any file beside them."""
+    folder = (root / starter.path).parent
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def folder_stamp(root: Path, starter: Starter) -> tuple:
+    """Return what changes when any file of the starter's folder changes: names, sizes, mtimes."""
+    stamps = []
+    for path in starter_files(root, starter):
+        stat = path.stat()
+        stamps.append((path.as_posix(), stat.st_size, stat.st_mtime_ns))
+    return tuple(stamps)
+
+
 def run_key(root: Path, starter: Starter) -> str:
     """Hash what a starter's run depends on: its folder's files, its run spec, Python and torch."""
     digest = hashlib.sha256()
@@ -44,18 +58,17 @@ def run_key(root: Path, starter: Starter) -> str:
     parts = [_FORMAT, starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
     for part in parts:
         digest.update(part.encode() + b"\0")
-    # Starters may import or read any file beside them, so the whole folder counts.
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in starter_files(root, starter):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:24]
 
 
 class ResultStore:
-    """The folder of stored results of one project."""
+    """The folder of stored results of one project (the workspace's `runs_folder()`)."""
 
-    def __init__(self, root: Path) -> None:
-        self.folder = root / STORE
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
     def slot(self, key: str) -> Path:
         return self.folder / key
@@ -84,17 +97,3 @@ class ResultStore:
             return RunResult(**record)
         except (OSError, ValueError, TypeError, KeyError):
             return None
-
-
-def recorded_runs(root: Path, starters: list[Starter]) -> dict[str, tuple[RunResult, Path]]:
-    """Return, for each starter whose current version has a stored result, that result and its folder."""
-    store = ResultStore(root)
-    found = {}
-    for starter in starters:
-        if starter.run is None:
-            continue
-        key = run_key(root, starter)
-        result = store.load(key)
-        if result is not None:
-            found[starter.path] = (result, store.slot(key))
-    return found

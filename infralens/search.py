@@ -13,7 +13,9 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from array import array
+from functools import partial
+from typing import Iterable
 from pathlib import PurePosixPath
 
 from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
@@ -164,12 +166,10 @@ def section_text(lab: Lab, section: str) -> str:
     return " ".join(plain_text(part) for part in parts)
 
 
-@lru_cache(maxsize=1024)
 def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> tuple[Document, ...]:
     """Return the documents of one lab: the lab, its sections, its key blocks, its starters.
 
-    `texts` are the lab's starters' contents, in the order of `lab.starters`. Kept by their
-    arguments: `serve` rebuilds the index after every edit, and most labs have not changed.
+    `texts` are the lab's starters' contents, in the order of `lab.starters`.
     """
     lab = resolved.lab
     url = lab_url(lab.id)
@@ -215,16 +215,43 @@ def documents(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, Sour
     ]
 
 
-def postings(docs: list[Document]) -> dict[str, list[int]]:
-    """Map each token to [document id, weight, document id, weight, …], ids ascending."""
-    index: dict[str, list[int]] = {}
-    for doc_id, document in enumerate(docs):
-        for token, weight in token_weights(document):
-            index.setdefault(token, []).extend((doc_id, weight))
+@dataclass(frozen=True)
+class Partial:
+    """One lab's share of the index: its documents and, for each, its tokens with their weights.
+
+    Built with the lab's pages and kept by the build, so an edit re-tokenizes one lab, not the site.
+    """
+
+    docs: tuple[Document, ...]
+    weights: tuple[tuple[tuple[str, int], ...], ...]
+
+
+def lab_partial(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> Partial:
+    """Return one lab's documents with their token weights."""
+    docs = lab_documents(site, resolved, texts)
+    return Partial(docs, tuple(token_weights(doc) for doc in docs))
+
+
+def postings(partials: Iterable[Partial], docs: list[Document]) -> dict[str, array]:
+    """Map each token to [document id, weight, document id, weight, …], ids ascending.
+
+    Appends every document to `docs` as it goes, so partials can be read one at a time.
+    """
+    index: dict[str, array] = {}
+    for partial in partials:
+        for doc, weights in zip(partial.docs, partial.weights):
+            doc_id = len(docs)
+            docs.append(doc)
+            for token, weight in weights:
+                entry = index.get(token)
+                if entry is None:
+                    index[token] = array("i", (doc_id, weight))
+                else:
+                    entry.append(doc_id)
+                    entry.append(weight)
     return index
 
 
-@lru_cache(maxsize=8192)
 def token_weights(document: Document) -> tuple[tuple[str, int], ...]:
     """Return each token of a document with its weight: the sum of the weights of its fields."""
     weights: dict[str, int] = {}
@@ -234,17 +261,25 @@ def token_weights(document: Document) -> tuple[tuple[str, int], ...]:
     return tuple(weights.items())
 
 
-def search_index(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> str:
-    """Return the search index as a script; the same input gives the same bytes.
+def merge_index(partials: Iterable[Partial]) -> str:
+    """Return the search index of the labs whose partials these are, in this order, as a script.
 
-    One document and one token per line, so a change to the index reads as a diff.
+    The same input gives the same bytes, one document and one token per line, so a change to the
+    index reads as a diff.
     """
-    docs = documents(site, labs, sources)
-    index = postings(docs)
+    docs: list[Document] = []
+    index = postings(partials, docs)
     dump = partial(json.dumps, separators=(",", ":"), ensure_ascii=True)
     return (
         "/* The site's search index, written by infralens build (infralens/search.py). */\n"
         f'window.InfraLensSearchIndex = {{"version":{FORMAT},"stop":{dump(sorted(STOP_WORDS))},\n'
         '"docs":[\n' + ",\n".join(dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
-        '"terms":[\n' + ",\n".join(dump([token, index[token]]) for token in sorted(index)) + "]};\n"
+        '"terms":[\n' + ",\n".join(f'[{dump(token)},[{",".join(map(str, index[token]))}]]' for token in sorted(index)) + "]};\n"
     )
+
+
+def search_index(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> str:
+    """Return the search index of the whole site as a script."""
+    return merge_index([
+        lab_partial(site, resolved, tuple(sources[starter.path].text for starter in resolved.lab.starters)) for resolved in labs
+    ])

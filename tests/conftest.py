@@ -1,4 +1,4 @@
-"""Shared fixtures and the --update-golden flag."""
+"""Shared fixtures, the --update-golden flag, the test kinds (markers) and a private cache folder."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +16,55 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
+
+KINDS = ("unit", "cli", "browser", "starters")
+"""The markers of pyproject.toml; every test carries exactly one, so `-m` can split the suite."""
+
+CACHE_ENV = "INFRALENS_CACHE_DIR"
+"""Where infralens keeps its caches (highlighting, compiled templates, run results) when set."""
+
+_SESSION_CACHE = pytest.StashKey[tuple[Path, str | None]]()
+_SCREENSHOTS = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point infralens's caches at a fresh folder for the session, so no test writes into the repository.
+
+    Set in the environment, so every `infralens` subprocess inherits it too. A folder the user
+    chose (INFRALENS_CACHE_DIR already set) is kept.
+    """
+    before = os.environ.get(CACHE_ENV)
+    if before:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="infralens-test-cache-"))
+    config.stash[_SESSION_CACHE] = (folder, before)
+    os.environ[CACHE_ENV] = str(folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder, before = config.stash.get(_SESSION_CACHE, (None, None))
+    if folder is None:
+        return
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything, so every collected test is checked
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse the run if a test carries no kind marker, or more than one."""
+    wrong = []
+    for item in items:
+        kinds = sorted({mark.name for mark in item.iter_markers()} & set(KINDS))
+        if len(kinds) != 1:
+            wrong.append(f"  {item.nodeid}: {', '.join(kinds) or 'no kind marker'}")
+    if wrong:
+        raise pytest.UsageError(
+            f"every test must carry exactly one of the markers {', '.join(KINDS)} (see pyproject.toml); "
+            "add `pytestmark = pytest.mark.<kind>` to the module or mark the test itself:\n" + "\n".join(wrong)
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,7 +85,11 @@ def load_starter(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in code/
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes_bytecode
     return module
 
 
@@ -72,17 +126,25 @@ def run_infralens(*args: str, cwd: Path, timeout: float = 300, env: dict[str, st
 
 
 @pytest.fixture
-def sample_site(tmp_path: Path) -> Path:
-    """A private copy of tests/sites/sample to build and break."""
+def sample_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of tests/sites/sample to build and break, with its own cache folder.
+
+    The cache is the copy's own `.infralens/` (the default place), so results and caches of one
+    test never show up in another, and a test can look into them.
+    """
     target = tmp_path / "site"
     # Results or a build left in the sample by hand must not leak into the tests.
     shutil.copytree(TESTS / "sites" / "sample", target, symlinks=True, ignore=shutil.ignore_patterns(".infralens", "output"))
+    monkeypatch.setenv(CACHE_ENV, str(target / ".infralens"))
     return target
 
 
 @pytest.fixture(scope="session")
 def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The repository's own site, built once into a temporary folder; returns that folder."""
+    """The repository's own site, built once into a temporary folder; returns that folder.
+
+    Its caches go to the session's INFRALENS_CACHE_DIR (pytest_configure), not into the repository.
+    """
     out = tmp_path_factory.mktemp("real") / "output"
     result = run_infralens("build", "--out", str(out), cwd=REPO)
     assert result.returncode == 0, result.stderr
@@ -175,17 +237,19 @@ def open_tab(chromium, site_url: str):
         context.close()
 
 
-SCREENSHOTS = REPO / ".infralens" / "screenshots"
-"""Where the browser tests leave their screenshots (git-ignored); the end of a run prints it."""
-
-
 @pytest.fixture(scope="session")
-def screenshot_dir() -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
+def screenshot_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the browser tests leave their screenshots: `screenshots/` under pytest's basetemp.
+
+    pytest keeps the basetemp of its last few runs; the end of a run prints the folder.
+    """
+    folder = tmp_path_factory.mktemp("screenshots", numbered=False)
+    request.config.stash[_SCREENSHOTS] = folder
+    return folder
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    shots = sorted(SCREENSHOTS.glob("*.png")) if SCREENSHOTS.is_dir() else []
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    folder = config.stash.get(_SCREENSHOTS, None)
+    shots = sorted(folder.glob("*.png")) if folder is not None else []
     if shots:
-        terminalreporter.write_line(f"screenshots: {SCREENSHOTS} ({', '.join(p.name for p in shots)})")
+        terminalreporter.write_line(f"screenshots: {folder} ({', '.join(p.name for p in shots)})")

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from infralens.load import load_project
+from infralens.build import load_project
 from infralens.models import SECTIONS
-from infralens.validate import resolve
+from infralens.build import resolve
+
+pytestmark = pytest.mark.browser
 
 PROJECT = load_project(REPO / "site.yml")
 RESOLVED = {r.lab.id: r for r in resolve(PROJECT)}
@@ -133,10 +135,15 @@ def test_navigation_folds_and_works_at_375_px(open_tab) -> None:
     assert nav_list.is_hidden()  # folded above the content
     page.click(".sidenav summary")
     assert nav_list.is_visible()
-    target = PROJECT.labs[0]
+    # The navigation holds the lab's own track; every other lab is one click away on the index.
+    target = next(lab for lab in PROJECT.labs if lab.track == LAB.lab.track and lab.id != LAB.lab.id)
     page.click(f'.sidenav a[href$="/{target.id}/index.html"]')
     page.wait_for_url(f"**/labs/{target.id}/index.html")
     assert page.locator(f'.sidenav a[href$="/{target.id}/index.html"]').get_attribute("aria-current") == "page"
+    page.click(".sidenav summary")
+    page.click(".sidenav-home a")
+    page.wait_for_url("**/index.html")
+    page.click(f'a.lab-card-link[href$="/{PROJECT.labs[0].id}/index.html"]')
     page.click(".pager-next")
     assert page.locator("h1").inner_text() == PROJECT.labs[1].title
     assert tab.errors == []

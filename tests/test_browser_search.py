@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Tab
-from infralens.load import load_project
+from infralens.build import load_project
 
 PROJECT = load_project(REPO / "site.yml")
 IDENTIFIER = "requests_that_fit"
@@ -43,6 +43,7 @@ def focus_and_load(page) -> None:
     page.wait_for_function("window.InfraLensSearchIndex !== undefined")
 
 
+@pytest.mark.unit
 def test_the_identifier_is_in_one_starter_and_no_manifest() -> None:
     manifests = [lab.path for lab in PROJECT.labs if IDENTIFIER in (REPO / lab.path).read_text()]
     starters = [path for path, source in PROJECT.sources.items() if IDENTIFIER in source.text]
@@ -50,6 +51,7 @@ def test_the_identifier_is_in_one_starter_and_no_manifest() -> None:
     assert any(starter.path == STARTER for lab in PROJECT.labs if lab.id == LAB for starter in lab.starters)
 
 
+@pytest.mark.browser
 def test_slash_then_an_identifier_only_a_starter_has_finds_its_lab_and_enter_opens_it(search_tab) -> None:
     tab = search_tab()
     page = tab.goto("index.html")
@@ -78,6 +80,7 @@ def test_slash_then_an_identifier_only_a_starter_has_finds_its_lab_and_enter_ope
     assert tab.errors == [] and tab.external == []
 
 
+@pytest.mark.browser
 def test_arrows_move_through_results_and_escape_clears(search_tab) -> None:
     tab = search_tab()
     page = tab.goto(f"labs/{LAB}/index.html")
@@ -102,6 +105,7 @@ def test_arrows_move_through_results_and_escape_clears(search_tab) -> None:
     assert tab.errors == [] and tab.external == []
 
 
+@pytest.mark.browser
 def test_what_is_typed_before_the_index_arrives_is_searched_when_it_does(search_tab) -> None:
     tab = search_tab()
     page = tab.goto("index.html")
@@ -111,6 +115,7 @@ def test_what_is_typed_before_the_index_arrives_is_searched_when_it_does(search_
     assert tab.errors == []
 
 
+@pytest.mark.browser
 def test_no_results_says_so(search_tab) -> None:
     tab = search_tab()
     page = tab.goto(f"{STARTER}.html")
@@ -123,6 +128,7 @@ def test_no_results_says_so(search_tab) -> None:
     assert tab.errors == []
 
 
+@pytest.mark.browser
 def test_results_fit_a_375_px_screen(search_tab) -> None:
     tab = search_tab(width=375, height=740)
     page = tab.goto(f"labs/{LAB}/index.html")
@@ -135,6 +141,7 @@ def test_results_fit_a_375_px_screen(search_tab) -> None:
     assert tab.errors == []
 
 
+@pytest.mark.browser
 def test_without_javascript_there_is_no_search_box(search_tab) -> None:
     tab = search_tab(js=False)
     page = tab.goto("index.html")
@@ -142,6 +149,7 @@ def test_without_javascript_there_is_no_search_box(search_tab) -> None:
     assert page.locator(BOX).is_hidden()
 
 
+@pytest.mark.browser
 def test_search_works_from_file_urls(search_tab, chromium, real_site: Path) -> None:
     context = chromium.new_context()
     try:
@@ -159,6 +167,7 @@ def test_search_works_from_file_urls(search_tab, chromium, real_site: Path) -> N
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.browser
 def test_axe_core_finds_no_violations_in_the_open_search_box(search_tab, scheme: str) -> None:
     assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
     tab = search_tab(scheme=scheme)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import run_infralens
 from infralens.claims import printed, stated_figures
-from infralens.load import load_project
+from infralens.build import load_project
 
 
+@pytest.mark.unit
 def test_figures_are_numbers_with_separators_or_decimals_outside_urls(sample_site: Path) -> None:
     manifest = sample_site / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text().replace(
@@ -19,6 +22,7 @@ def test_figures_are_numbers_with_separators_or_decimals_outside_urls(sample_sit
     assert stated_figures(lab) == ["524,288", "0.5"]
 
 
+@pytest.mark.unit
 def test_a_figure_must_match_a_whole_number_in_the_output() -> None:
     assert printed("524,288", "kv bytes per token: 524,288\n")
     assert not printed("24,288", "kv bytes per token: 524,288\n")
@@ -28,6 +32,7 @@ def test_a_figure_must_match_a_whole_number_in_the_output() -> None:
     assert printed("13.48", "weights 13.48 GB.")
 
 
+@pytest.mark.cli
 def test_check_fails_when_the_page_states_a_figure_no_run_prints(sample_site: Path) -> None:
     manifest = sample_site / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text().replace(

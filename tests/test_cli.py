@@ -11,11 +11,13 @@ import pytest
 
 from conftest import REPO, run_infralens
 
+pytestmark = pytest.mark.cli
+
 
 def test_build_prints_one_summary_line_and_writes_pages(sample_site: Path) -> None:
     result = run_infralens("build", cwd=sample_site)
     assert result.returncode == 0, result.stderr
-    assert re.fullmatch(r"built 2 labs, 5 pages and 10 files into output in \d+\.\d\d s\n", result.stdout)
+    assert re.fullmatch(r"built 2 labs \(2 rendered\): wrote 5 pages and 10 files into output in \d+\.\d\d s\n", result.stdout)
     out = sample_site / "output"
     for page in (
         "index.html",
@@ -168,7 +170,7 @@ def test_base_url_gives_every_page_a_canonical_link(sample_site: Path) -> None:
 
 def test_highlighting_is_cached_on_disk_and_a_cached_build_is_identical(sample_site: Path) -> None:
     assert run_infralens("build", "--out", "first", cwd=sample_site).returncode == 0
-    cached = sorted((sample_site / ".infralens/highlight").glob("*.json"))
+    cached = sorted((sample_site / ".infralens/highlight").rglob("*.pickle"))
     assert len(cached) == 2  # one per starter
     assert run_infralens("build", "--out", "second", cwd=sample_site).returncode == 0
     for page in (sample_site / "first").rglob("*.html"):
@@ -176,7 +178,7 @@ def test_highlighting_is_cached_on_disk_and_a_cached_build_is_identical(sample_s
     starter = sample_site / "code/lab-01-sample/kv.py"
     starter.write_text(starter.read_text().replace("per_layer = 2 * kv_heads", "per_layer = 2 * kv_heads  # edited"))
     assert run_infralens("build", "--out", "third", cwd=sample_site).returncode == 0
-    assert len(list((sample_site / ".infralens/highlight").glob("*.json"))) == 3
+    assert len(list((sample_site / ".infralens/highlight").rglob("*.pickle"))) == 3
     assert "# edited" in (sample_site / "third/code/lab-01-sample/kv.py.html").read_text()
 
 

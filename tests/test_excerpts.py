@@ -9,6 +9,8 @@ from infralens.excerpts import bind_lines, cut_excerpt, select_lines, slugify
 from infralens.highlight import source_file
 from infralens.models import KeyBlockSpec, LineBinding, Selector
 
+pytestmark = pytest.mark.unit
+
 PY = '''import functools
 
 

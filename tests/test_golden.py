@@ -9,7 +9,11 @@ import difflib
 import shutil
 from pathlib import Path
 
+import pytest
+
 from conftest import TESTS, run_infralens
+
+pytestmark = pytest.mark.cli
 
 GOLDEN = TESTS / "golden" / "sample"
 THEME = TESTS.parent / "templates" / "static"

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-01-transformer-memory/memory_accounting.py"
 memory = load_starter(STARTER)
 

@@ -19,6 +19,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-02-roofline/roofline.py"
 roofline = load_starter(STARTER)
 

@@ -12,6 +12,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-03-vectorization/vectorization.py"
 vectorization = load_starter(STARTER)
 

@@ -16,6 +16,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-04-online-softmax/online_softmax.py"
 lab = load_starter(STARTER)
 

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from conftest import REPO, load_starter, torch_threads
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-05-flash-attention-cpu/flash_attention_cpu.py"
 flash = load_starter(STARTER)
 

@@ -14,6 +14,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-06-mqa-gqa/mqa_gqa.py"
 lab = load_starter(STARTER)
 

@@ -14,6 +14,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-07-kv-cache/kv_cache.py"
 kv = load_starter(STARTER)
 

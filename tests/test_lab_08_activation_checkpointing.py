@@ -15,6 +15,8 @@ from torch.utils.checkpoint import checkpoint
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-08-activation-checkpointing/activation_checkpointing.py"
 lab = load_starter(STARTER)
 

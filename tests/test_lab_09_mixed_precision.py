@@ -15,6 +15,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-09-mixed-precision/mixed_precision.py"
 mixed = load_starter(STARTER)
 

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-11-ddp-zero-memory/ddp_zero_memory.py"
 ddp_zero = load_starter(STARTER)
 

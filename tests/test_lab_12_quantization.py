@@ -16,6 +16,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-12-quantization/quantization.py"
 quant = load_starter(STARTER)
 

@@ -13,6 +13,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-13-paged-kv-cache/paged_kv_cache.py"
 paged = load_starter(STARTER)
 

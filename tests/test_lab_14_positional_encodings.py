@@ -19,6 +19,8 @@ import torch
 
 from conftest import REPO, load_starter
 
+pytestmark = pytest.mark.starters
+
 STARTER = REPO / "code/lab-14-positional-encodings/positional_encodings.py"
 lab = load_starter(STARTER)
 

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import run_infralens
 
+pytestmark = pytest.mark.cli
+
 
 def add_note_link(site: Path, markdown: str) -> None:
     manifest = site / "labs/lab-01-sample.yml"

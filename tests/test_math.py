@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, run_infralens
 from infralens.claims import figure_line, stated_figures
 from infralens.errors import InputError
-from infralens.load import load_project
+from infralens.build import load_project
 from infralens.manifest import parse_lab
 from infralens.mathml import Formula, MalformedMath, formulas, to_mathml
 from infralens.render import Renderer
@@ -56,6 +56,7 @@ def math_elements(rendered: str) -> list[str]:
 # ------------------------------------------------------------------ finding formulas
 
 
+@pytest.mark.unit
 def test_single_dollars_are_inline_and_double_dollars_display() -> None:
     assert formulas("a $x^2$ b") == (Formula("x^2", display=False),)
     assert formulas("a $$x^2$$ b") == (Formula("x^2", display=True),)
@@ -76,12 +77,14 @@ def test_single_dollars_are_inline_and_double_dollars_display() -> None:
     r"\$x$ starts with an escaped dollar.",
     r"Both escaped: \$x\$.",
 ])
+@pytest.mark.unit
 def test_text_that_is_not_math(text: str, renderer: Renderer) -> None:
     assert formulas(text) == ()
     assert "<math" not in renderer.block_markdown(text)
     assert "<math" not in renderer.inline_markdown(text)
 
 
+@pytest.mark.unit
 def test_dollars_stay_literal_in_the_page(renderer: Renderer) -> None:
     assert renderer.inline_markdown("Costs $5 and $6.") == "Costs $5 and $6."
     assert renderer.inline_markdown(r"Price: \$x$.") == "Price: $x$."
@@ -94,10 +97,12 @@ def test_dollars_stay_literal_in_the_page(renderer: Renderer) -> None:
     "| a | b |\n| - | - |\n| $x$ | $y$ |",
     "- $a$\n- `$b$`\n- $$c$$",
 ])
+@pytest.mark.unit
 def test_formulas_are_found_the_way_the_renderer_tokenizes(text: str, renderer: Renderer) -> None:
     assert len(math_elements(renderer.block_markdown(text))) == len(formulas(text))
 
 
+@pytest.mark.unit
 def test_formulas_cover_block_and_inline_rendering(renderer: Renderer) -> None:
     # An indented line is a code block to `md` but prose to `mdi`; a field may be rendered either way.
     text = "Para $x$.\n\n    indented $y$"
@@ -109,12 +114,14 @@ def test_formulas_cover_block_and_inline_rendering(renderer: Renderer) -> None:
 # ------------------------------------------------------------------ converting
 
 
+@pytest.mark.unit
 def test_inline_math_renders_in_inline_prose(renderer: Renderer) -> None:
     rendered = renderer.inline_markdown(r"The rate is $\min(\pi, I \beta)$, or $$I = F / B$$.")
     assert math_elements(rendered) == ["inline", "block"]
     assert "<p>" not in rendered
 
 
+@pytest.mark.unit
 def test_display_math_is_a_block_of_its_own(renderer: Renderer) -> None:
     rendered = renderer.block_markdown("Before.\n\n$$\nl \\leftarrow l\\,e^{m - m'}\n$$\n\nAfter.")
     assert math_elements(rendered) == ["block"]
@@ -122,6 +129,7 @@ def test_display_math_is_a_block_of_its_own(renderer: Renderer) -> None:
     assert "&#x02190;" in rendered  # \leftarrow
 
 
+@pytest.mark.unit
 def test_html_special_characters_are_escaped() -> None:
     script = to_mathml("<script>alert(1)</script>", display=False)
     assert "<script" not in script and "&#x0003C;" in script
@@ -131,6 +139,7 @@ def test_html_special_characters_are_escaped() -> None:
     assert to_mathml(r"\text{a & b}", display=False).count("&amp;") == 1
 
 
+@pytest.mark.unit
 def test_commands_that_write_html_attributes_are_refused() -> None:
     for latex in (r"\href{javascript:alert(1)}{x}", r"\style{color:red}{x}", r"\class{x}{y}"):
         with pytest.raises(MalformedMath, match="not allowed"):
@@ -149,17 +158,20 @@ def test_commands_that_write_html_attributes_are_refused() -> None:
     (r"\frac{a}", "a command is missing an argument"),
     (r"\sqrt", "it ends too early (a command is missing an argument, or \\left its \\right)"),
 ])
+@pytest.mark.unit
 def test_malformed_formulas_say_why(latex: str, reason: str) -> None:
     with pytest.raises(MalformedMath) as caught:
         to_mathml(latex, display=False)
     assert str(caught.value) == reason
 
 
+@pytest.mark.unit
 def test_sound_formulas_convert() -> None:
     for latex in (r"\frac{}{}", r"\{a\}", r"a \\ b", r"\$5", r"\sqrt{d_k}", r"10^{9}", r"\text{FLOPs} / \text{bytes}"):
         assert to_mathml(latex, display=False).startswith("<math ")
 
 
+@pytest.mark.unit
 def test_escapes_inside_text_show_the_character_not_the_backslash() -> None:
     assert "<mtext>50%</mtext>" in to_mathml(r"\text{50\%}", display=False)
     assert "<mtext>d_model</mtext>" in to_mathml(r"\text{d\_model}", display=False)
@@ -168,6 +180,7 @@ def test_escapes_inside_text_show_the_character_not_the_backslash() -> None:
 # ------------------------------------------------------------------ errors at the formula's line
 
 
+@pytest.mark.unit
 def test_a_malformed_formula_in_a_plain_scalar_points_at_its_dollar() -> None:
     text = MANIFEST.replace("interview: Say it.", r"interview: Say $\frac{a}{$ out loud.")
     line = text.split("\n").index(r"interview: Say $\frac{a}{$ out loud.") + 1
@@ -177,6 +190,7 @@ def test_a_malformed_formula_in_a_plain_scalar_points_at_its_dollar() -> None:
 
 
 @pytest.mark.parametrize("style", ["|", ">", ">-"])
+@pytest.mark.unit
 def test_a_malformed_formula_in_a_block_scalar_points_at_its_line(style: str) -> None:
     note = f"note: {style}\n      K and V.\n\n      Per layer: $2 h x^$ entries.\n"
     text = MANIFEST.replace("  - {name: per_layer, lines: per_layer =, note: K and V.}\n", f"  - name: per_layer\n    lines: per_layer =\n    {note}")
@@ -184,12 +198,14 @@ def test_a_malformed_formula_in_a_block_scalar_points_at_its_line(style: str) ->
     assert errors_of(text) == [f"labs/lab-01-math.yml:{line}:18: error: malformed math $2 h x^$: ^ or _ has nothing after it"]
 
 
+@pytest.mark.unit
 def test_a_malformed_display_block_points_at_its_opening_dollars() -> None:
     text = MANIFEST.replace("interview: Say it.", "interview: |\n  Say it:\n\n  $$\n  x = \\frac{a}\n  $$")
     line = text.split("\n").index("  $$") + 1
     assert errors_of(text) == [f"labs/lab-01-math.yml:{line}:3: error: malformed math $$x = \\frac{{a}}$$: a command is missing an argument"]
 
 
+@pytest.mark.unit
 def test_a_formula_folded_across_lines_points_at_its_first_line() -> None:
     text = MANIFEST.replace("concept_goal: Goal.", "concept_goal: >-\n  The cost is $2 \\cdot L \\cdot\n  \\notacommand$ bytes.")
     line = text.split("\n").index("  The cost is $2 \\cdot L \\cdot") + 1
@@ -198,12 +214,14 @@ def test_a_formula_folded_across_lines_points_at_its_first_line() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_a_malformed_formula_in_a_list_item_points_at_the_item() -> None:
     text = MANIFEST.replace("checkpoints: [One.]", "checkpoints:\n  - Fine $x$.\n  - Also fine, then $y_$ is not.")
     line = text.split("\n").index("  - Also fine, then $y_$ is not.") + 1
     assert errors_of(text) == [f"labs/lab-01-math.yml:{line}:21: error: malformed math $y_$: ^ or _ has nothing after it"]
 
 
+@pytest.mark.unit
 def test_every_malformed_formula_is_reported() -> None:
     text = MANIFEST.replace("summary: One line.", "summary: $a}$ and $x^$.").replace("mechanism: [One.]", "mechanism: [One $\\nope$.]")
     assert [e.split(": error: ")[1] for e in errors_of(text)] == [
@@ -213,6 +231,7 @@ def test_every_malformed_formula_is_reported() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_a_formula_yaml_escaped_falls_back_to_the_start_of_the_value() -> None:
     text = MANIFEST.replace("interview: Say it.", 'interview: "Say $\\\\frac{a}$."')
     line = text.split("\n").index('interview: "Say $\\\\frac{a}$."') + 1
@@ -222,6 +241,7 @@ def test_a_formula_yaml_escaped_falls_back_to_the_start_of_the_value() -> None:
 # ------------------------------------------------------------------ figures and the built page
 
 
+@pytest.mark.unit
 def test_numbers_in_math_count_as_figures_but_tex_syntax_does_not(sample_site: Path) -> None:
     manifest = sample_site / "labs/lab-01-sample.yml"
     note = r"note: 'K and V: $10^{9}$ over $\sqrt{d_k}$, $x_{1}$, $2^{10}$ and $\hspace{1.5em}$; $524{,}288$ bytes, $0.5$ MiB.'"
@@ -231,6 +251,7 @@ def test_numbers_in_math_count_as_figures_but_tex_syntax_does_not(sample_site: P
     assert figure_line("a: 6,7\nb: $6{,}738$\n", "6,738") == (2, 5)
 
 
+@pytest.mark.cli
 def test_the_built_page_carries_mathml(sample_site: Path) -> None:
     manifest = sample_site / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text()
@@ -251,6 +272,7 @@ AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.mark.parametrize("width", [1280, 375])
+@pytest.mark.browser
 def test_chromium_lays_out_the_mathml_with_scripts_off(open_tab, width: int) -> None:
     tab = open_tab(width=width, js=False)
     page = tab.goto("labs/lab-04-online-softmax/index.html")
@@ -260,6 +282,7 @@ def test_chromium_lays_out_the_mathml_with_scripts_off(open_tab, width: int) -> 
     assert tab.errors == [] and tab.external == []
 
 
+@pytest.mark.browser
 def test_a_page_with_math_has_no_axe_violations(open_tab) -> None:
     tab = open_tab()
     page = tab.goto("labs/lab-04-online-softmax/index.html")

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import run_infralens
 
+pytestmark = pytest.mark.cli
+
 
 def test_new_lab_builds_and_checks_at_once(sample_site: Path) -> None:
     result = run_infralens("new", "lab-15-speculative-decoding", "--track", "basics", "--title", 'Speculative "draft" decoding', cwd=sample_site)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from infralens.load import load_project
+from infralens.build import load_project
 from infralens.models import SECTIONS
 
 PROJECT = load_project(REPO / "site.yml")
@@ -26,10 +26,12 @@ def code_lines(page: str) -> list[tuple[int, str]]:
     return [(int(number), visible_text(body)) for number, body in rows]
 
 
+@pytest.mark.unit
 def test_the_site_has_labs_01_and_10() -> None:
     assert {lab.id for lab in LABS} >= {"lab-01-transformer-memory", "lab-10-memory-optimization-reading"}
 
 
+@pytest.mark.cli
 def test_index_lists_every_lab_under_its_track(real_site: Path) -> None:
     index = (real_site / "index.html").read_text()
     for lab in LABS:
@@ -40,6 +42,7 @@ def test_index_lists_every_lab_under_its_track(real_site: Path) -> None:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.cli
 def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     assert f"Lab {lab.number:02d}" in page
@@ -52,6 +55,7 @@ def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.cli
 def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     file_lines = (REPO / lab.preview.starter).read_text().split("\n")
@@ -63,6 +67,7 @@ def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.cli
 def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     for spec in lab.key_blocks:
@@ -77,6 +82,7 @@ def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) ->
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.cli
 def test_source_view_shows_the_whole_file_with_anchors(lab, real_site: Path) -> None:
     for starter in lab.starters:
         page = (real_site / f"{starter.path}.html").read_text()
@@ -90,6 +96,7 @@ def test_source_view_shows_the_whole_file_with_anchors(lab, real_site: Path) -> 
         assert (real_site / starter.path).read_bytes() == (REPO / starter.path).read_bytes()
 
 
+@pytest.mark.cli
 def test_pages_reference_nothing_outside_the_site(real_site: Path) -> None:
     for page in real_site.rglob("*.html"):
         text = page.read_text()
@@ -113,6 +120,7 @@ def shown_numbers(page: str) -> list[tuple[int, int]]:
     return pairs
 
 
+@pytest.mark.cli
 def test_excerpt_numbers_stay_true_across_hidden_marker_lines(sample_site: Path) -> None:
     from conftest import run_infralens
 
@@ -131,11 +139,13 @@ def test_excerpt_numbers_stay_true_across_hidden_marker_lines(sample_site: Path)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.cli
 def test_excerpt_numbers_shown_are_the_row_numbers(lab, real_site: Path) -> None:
     pairs = shown_numbers((real_site / "labs" / lab.id / "index.html").read_text())
     assert pairs and all(number == shown for number, shown in pairs)
 
 
+@pytest.mark.cli
 def test_index_maps_each_topic_to_its_lab_in_track_order(real_site: Path) -> None:
     index = (real_site / "index.html").read_text()
     table = re.search(r'<section class="handbook-map" id="map">.*?</section>', index, re.S).group(0)

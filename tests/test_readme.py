@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 
 def readme_commands() -> list[str]:

@@ -7,7 +7,11 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from conftest import run_infralens
+
+pytestmark = pytest.mark.cli
 
 
 def rows(stdout: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from infralens.manifest import json_schemas
 MANIFESTS = sorted((REPO / "labs").glob("*.yml")) + sorted((TESTS / "sites" / "sample" / "labs").glob("*.yml"))
 
 
+@pytest.mark.cli
 def test_committed_schemas_are_up_to_date(tmp_path: Path) -> None:
     result = run_infralens("schema", "--out", str(tmp_path), cwd=REPO)
     assert result.returncode == 0, result.stderr
@@ -23,16 +24,19 @@ def test_committed_schemas_are_up_to_date(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.stem for m in MANIFESTS])
+@pytest.mark.unit
 def test_every_manifest_the_build_accepts_validates_against_the_schema(manifest: Path) -> None:
     schema = json_schemas()["lab.schema.json"]
     jsonschema.validate(yaml.safe_load(manifest.read_text()), schema)
 
 
+@pytest.mark.unit
 def test_site_yml_validates_against_the_schema() -> None:
     jsonschema.validate(yaml.safe_load((REPO / "site.yml").read_text()), json_schemas()["site.schema.json"])
 
 
 @pytest.mark.parametrize("case", ["unknown-key", "missing-required-field", "wrong-type", "link-not-http"])
+@pytest.mark.unit
 def test_the_schema_rejects_what_the_build_rejects(case: str) -> None:
     manifest = yaml.safe_load((TESTS / "invalid" / case / "labs" / "lab-01-broken.yml").read_text())
     with pytest.raises(jsonschema.ValidationError):

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TESTS
-from infralens.build import render
-from infralens.load import load_project
+from infralens.build import build, render_in_memory
+from infralens.links import check_links
+from infralens.workspace import Workspace
+from infralens.build import load_project
 from infralens.models import SourceFile
 from infralens.search import (
     SNIPPET,
@@ -26,7 +28,7 @@ from infralens.search import (
     tokens,
     words,
 )
-from infralens.validate import resolve
+from infralens.build import resolve
 
 REAL = load_project(REPO / "site.yml")
 SAMPLE = load_project(TESTS / "sites" / "sample" / "site.yml")
@@ -63,21 +65,25 @@ def tokenize_names(code: str) -> list[str]:
     return names
 
 
+@pytest.mark.unit
 def test_words_are_lowercase_runs_of_letters_digits_and_underscores() -> None:
     assert words("Llama-2-7B keeps `kv_cache_bytes`; GQA!") == ["llama", "2", "7b", "keeps", "kv_cache_bytes", "gqa"]
 
 
+@pytest.mark.unit
 def test_tokens_keep_whole_identifiers_and_their_parts_without_stop_words_or_single_letters() -> None:
     assert tokens("Count the kv_cache_bytes of a KV-head, then q") == {"count", "kv_cache_bytes", "kv", "cache", "bytes", "head"}
     assert tokens("__torch_dispatch__") == {"__torch_dispatch__", "torch", "dispatch"}
 
 
+@pytest.mark.unit
 def test_plain_text_drops_markdown_marks_but_keeps_words() -> None:
     markdown = "Use `kv_cache` and **bold** text, see [the docs](https://example.org/a_b) and $2 d^2$."
     assert plain_text(markdown) == "Use kv_cache and bold text, see the docs and 2 d^2."
     assert plain_text(r"$I = \text{FLOPs} / \text{bytes}$, $m\,d_{model} \times 2$") == "I = FLOPs / bytes, m d_model × 2"
 
 
+@pytest.mark.unit
 def test_snippet_is_cut_at_a_space_within_the_limit() -> None:
     text = " ".join(f"word{n}" for n in range(60))
     short = snippet(text)
@@ -87,6 +93,7 @@ def test_snippet_is_cut_at_a_space_within_the_limit() -> None:
 
 
 @pytest.mark.parametrize("path", sorted(p for p in REAL.sources if p.endswith(".py")))
+@pytest.mark.unit
 def test_python_names_are_the_names_tokenize_finds(path: str) -> None:
     text = REAL.sources[path].text
     defined, names = python_names(text)
@@ -95,11 +102,13 @@ def test_python_names_are_the_names_tokenize_finds(path: str) -> None:
     assert [name for name in defined if f"def {name}(" in text or f"class {name}" in text] == defined
 
 
+@pytest.mark.unit
 def test_python_names_skip_comments_strings_and_numbers() -> None:
     code = 'x = 1e-12 + 0x0F  # not_a_name\ns = rb"not_this" + f\'{nor_this}\' + """nor_\nthat"""\ndef kv_bytes(): pass\n'
     assert python_names(code) == (["kv_bytes"], ["x", "s", "kv_bytes"])
 
 
+@pytest.mark.unit
 def test_a_markdown_starter_gives_its_headings_and_the_names_in_its_code() -> None:
     headings, defined, names = starter_names("code/lab-02-notes/notes.md", SAMPLE.sources["code/lab-02-notes/notes.md"].text)
     assert headings == ["Notes", "Chunking", "Later"]
@@ -109,6 +118,7 @@ def test_a_markdown_starter_gives_its_headings_and_the_names_in_its_code() -> No
     assert starter_names("notes.md", notes) == (["Notes"], [], ["out_shape", "decode_tiled", "z"])
 
 
+@pytest.mark.unit
 def test_the_sample_site_has_a_document_per_lab_section_key_block_and_starter() -> None:
     docs = documents(SAMPLE.site, resolve(SAMPLE), SAMPLE.sources)
     notes = [(d.title, d.crumb, d.url) for d in docs if "lab-02-notes" in d.url]
@@ -129,6 +139,7 @@ def test_the_sample_site_has_a_document_per_lab_section_key_block_and_starter() 
     assert kv.snippet == "K and V, so the factor 2."
 
 
+@pytest.mark.unit
 def test_titles_outrank_prose_and_identifiers_point_at_the_source_view() -> None:
     index = parse(search_index(SAMPLE.site, resolve(SAMPLE), SAMPLE.sources))
     weights = dict(index["terms"])
@@ -140,6 +151,7 @@ def test_titles_outrank_prose_and_identifiers_point_at_the_source_view() -> None
     assert "the" not in weights and "k" not in weights
 
 
+@pytest.mark.unit
 def test_the_index_is_the_same_bytes_on_every_build() -> None:
     first = search_index(REAL.site, resolve(REAL), REAL.sources)
     again = load_project(REPO / "site.yml")
@@ -151,6 +163,7 @@ def test_the_index_is_the_same_bytes_on_every_build() -> None:
     assert all(len(doc[3]) <= SNIPPET for doc in index["docs"])
 
 
+@pytest.mark.cli
 def test_a_lab_is_found_by_an_identifier_that_only_its_starter_has(real_site: Path) -> None:
     identifier, starter = ONLY_IN_A_STARTER
     manifests = [lab.path for lab in REAL.labs if identifier in (REPO / lab.path).read_text()]
@@ -160,6 +173,7 @@ def test_a_lab_is_found_by_an_identifier_that_only_its_starter_has(real_site: Pa
     assert found(index, identifier) == [f"{starter}.html"]
 
 
+@pytest.mark.cli
 def test_every_result_links_to_a_page_and_anchor_of_the_built_site(real_site: Path) -> None:
     index = parse((real_site / "search-index.js").read_text())
     ids: dict[str, set[str]] = {}
@@ -172,14 +186,24 @@ def test_every_result_links_to_a_page_and_anchor_of_the_built_site(real_site: Pa
     assert {url.partition("#")[0] for _, _, url, _ in index["docs"]} >= {f"{path}.html" for path in REAL.sources}
 
 
-def test_a_partial_render_for_serve_writes_the_whole_index_again(sample_site: Path) -> None:
-    full, partial = render(sample_site / "site.yml"), render(sample_site / "site.yml", only=frozenset({"lab-02-notes"}))
-    index = [page.html for page in partial.pages if page.path == "search-index.js"]
-    assert index == [page.html for page in full.pages if page.path == "search-index.js"]
-    assert found(parse(index[0]), "kv_bytes_per_token") == ["code/lab-01-sample/kv.py.html"]
-    assert not [link for link in full.links() if link.problem]
+@pytest.mark.unit
+def test_an_incremental_build_writes_the_same_index_as_a_cold_one(sample_site: Path, tmp_path: Path) -> None:
+    notes = sample_site / "code/lab-02-notes/notes.md"
+    ws = Workspace.open(sample_site / "site.yml", tmp_path / "out", tmp_path / "cache")
+    build(ws)
+    notes.write_text(notes.read_text() + "\nCall `new_identifier()` here.\n")
+    assert build(ws).rendered == 1  # only the lab that owns the edited starter
+    cold = Workspace.open(sample_site / "site.yml", tmp_path / "cold", tmp_path / "cold-cache")
+    build(cold)
+    index = (ws.out / "search-index.js").read_text()
+    assert index == (cold.out / "search-index.js").read_text()
+    assert found(parse(index), "new_identifier") == ["code/lab-02-notes/notes.md.html"]
+    assert found(parse(index), "kv_bytes_per_token") == ["code/lab-01-sample/kv.py.html"]
+    pages, files = render_in_memory(sample_site / "site.yml", tmp_path / "cache")
+    assert not [link for link in check_links(pages, files) if link.problem]
 
 
+@pytest.mark.unit
 def test_a_file_that_is_neither_python_nor_markdown_gives_what_looks_like_identifiers() -> None:
     source = SourceFile("code/x/run.sh", "export KV_HEADS=8\nrun_model --fast\n", (), "Bash")
     assert starter_names(source.path, source.text) == ([], [], ["export", "KV_HEADS", "run_model", "fast"])

@@ -1,0 +1,343 @@
+"""Workspace: the one module of the build that touches the disk.
+
+It reads the project (site.yml, labs/*.yml, starters under code/), keeps the caches in one folder
+(`--cache-dir`, else `$INFRALENS_CACHE_DIR`, else `<site root>/.infralens`), and commits a build to
+output/: every new or changed file is first written into a staging folder beside output/, then moved
+into place one file at a time with an atomic rename, and files the site no longer has are removed.
+A build that fails before the commit leaves output/ exactly as it was; a build that changes nothing
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+from infralens.errors import InputError, Mark, Problem, Problems
+
+CACHE_ENV = "INFRALENS_CACHE_DIR"
+"""Environment variable that moves the cache folder (the `--cache-dir` option wins over it)."""
+
+DEFAULT_CACHE = ".infralens"
+"""The cache folder's name in the site root when nothing else is said (git-ignored)."""
+
+ID_PATTERN = r"[a-z0-9][a-z0-9-]*"
+"""What a lab id (a manifest's file stem) and a track id may look like."""
+
+
+def digest(*parts: str | bytes) -> str:
+    """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc')."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hasher.update(part.encode() if isinstance(part, str) else part)
+        hasher.update(b"\0")
+    return hasher.hexdigest()
+
+
+def display_path(path: Path, root: Path) -> str:
+    """Show a path relative to the project root when it is inside it, as errors should."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One labs/*.yml as read: where it is shown in errors, its lab id and its text."""
+
+    path: str
+    lab_id: str
+    text: str
+    key: str
+    """A hash of the path and text, computed once."""
+
+
+@dataclass
+class Workspace:
+    """A project on disk: its root, its cache folder and its output folder."""
+
+    root: Path
+    cache: Path
+    out: Path
+    site_file: Path
+    memory: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    """Values kept in memory by kind and key, for a long-lived process such as `serve`."""
+    memory_limit: int = 0
+    """How many values `memory` may hold; 0 keeps nothing in memory."""
+    made: set[Path] = field(default_factory=set, repr=False)
+    """Cache folders known to exist: creating a folder is a system call worth saving a thousand times."""
+
+    @classmethod
+    def open(cls, site_path: Path, out_dir: Path | None = None, cache_dir: Path | None = None) -> "Workspace":
+        """Return the workspace of site_path: cache from the option, the environment or the default."""
+        root = site_path.parent
+        chosen = cache_dir or (Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else root / DEFAULT_CACHE)
+        return cls(root=root, cache=chosen, out=out_dir if out_dir is not None else root / "output", site_file=site_path)
+
+    # ------------------------------------------------------------------ reading the project
+
+    def shown(self, path: Path) -> str:
+        return display_path(path, self.root)
+
+    def read_text(self, path: Path, shown: str, problems: Problems, mark: Mark | None = None) -> str | None:
+        """Read a UTF-8 file, recording a problem instead of raising."""
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            problems.add(mark or Mark(shown), f"file not found: {shown}")
+        except UnicodeDecodeError as exc:
+            problems.add(mark or Mark(shown), f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        except OSError as exc:
+            problems.add(mark or Mark(shown), f"cannot read {shown}: {exc.strerror}")
+        return None
+
+    def read_site(self) -> tuple[str, str]:
+        """Return (shown path, text) of site.yml, or raise InputError: without it there is no project."""
+        problems = Problems()
+        shown = self.shown(self.site_file)
+        text = self.read_text(self.site_file, shown, problems)
+        problems.raise_if_any()
+        assert text is not None
+        return shown, text
+
+    def read_manifests(self, problems: Problems) -> list[Manifest]:
+        """Return every labs/*.yml (and *.yaml) with a valid, unique lab id, in file-name order."""
+        labs_dir = self.root / "labs"
+        found = sorted(labs_dir.glob("*.yml")) + sorted(labs_dir.glob("*.yaml"))
+        if not found:
+            problems.add(Mark(self.shown(labs_dir)), "no lab manifests (labs/*.yml) found")
+        manifests: list[Manifest] = []
+        stems: dict[str, str] = {}
+        for path in found:
+            shown = self.shown(path)
+            if path.stem in stems:
+                problems.add(Mark(shown), f"lab id {path.stem!r} is already used by {stems[path.stem]}")
+                continue
+            stems[path.stem] = shown
+            if not re.fullmatch(ID_PATTERN, path.stem):
+                problems.add(Mark(shown), f"lab id {path.stem!r} (the file name) must be lowercase letters, digits and '-'")
+                continue
+            text = self.read_text(path, shown, problems)
+            if text is not None:
+                manifests.append(Manifest(shown, path.stem, text, digest(shown, text)))
+        return manifests
+
+    def starter_file(self, starter_path: str) -> Path | str:
+        """Return a starter's real path, or why it is not an allowed starter path."""
+        pure = PurePosixPath(starter_path)
+        if pure.is_absolute() or "\\" in starter_path:
+            return f"starter path {starter_path!r} must be relative to the repository, under code/"
+        if ".." in pure.parts:
+            return f"starter path {starter_path!r} must not contain '..'; starters live under code/"
+        if pure.parts[0] != "code" or len(pure.parts) < 2:
+            return f"starter path {starter_path!r} must be under code/"
+        # os.path on strings: a build checks every starter, and pathlib's resolve() is slow.
+        code = os.path.realpath(os.path.join(self.root, "code"))
+        real = os.path.realpath(os.path.join(self.root, starter_path))
+        if not real.startswith(code + os.sep):
+            return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
+        if not os.path.exists(real):
+            return f"starter not found: {starter_path}"
+        if not os.path.isfile(real):
+            return f"starter {starter_path!r} is not a file"
+        return Path(real)
+
+    def read_starter(self, starter_path: str, mark: Mark, problems: Problems) -> str | None:
+        """Read one starter declared at `mark`, recording why not if it can't be."""
+        real = self.starter_file(starter_path)
+        if isinstance(real, str):
+            problems.add(mark, real)
+            return None
+        return self.read_text(real, starter_path, problems, mark)
+
+    def theme_dirs(self, packaged: Path) -> tuple[Path, ...]:
+        """Return the template folders, most specific first: the site's own templates/, then the packaged theme."""
+        own = self.root / "templates"
+        if own.is_dir() and own.resolve() != packaged.resolve():
+            return (own, packaged)
+        return (packaged,)
+
+    # ------------------------------------------------------------------ caches
+
+    def cache_path(self, kind: str, key: str) -> Path:
+        return self.cache / kind / key[:2] / f"{key}.pickle"
+
+    def recall(self, kind: str, key: str) -> Any:
+        """Return the value stored under (kind, key), or None."""
+        if (kind, key) in self.memory:
+            return self.memory[kind, key]
+        try:
+            with open(self.cache_path(kind, key), "rb") as file:
+                value = pickle.load(file)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            return None
+        self._remember(kind, key, value)
+        return value
+
+    def store(self, kind: str, key: str, value: Any) -> None:
+        """Keep a value under (kind, key), on disk and, in a long-lived process, in memory."""
+        self._remember(kind, key, value)
+        target = self.cache_path(kind, key)
+        try:
+            if target.parent not in self.made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.made.add(target.parent)
+            atomic_write(target, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            pass  # a read-only checkout still builds, just without the cache
+
+    def _remember(self, kind: str, key: str, value: Any) -> None:
+        if not self.memory_limit:
+            return
+        while len(self.memory) >= self.memory_limit:
+            self.memory.pop(next(iter(self.memory)))  # the oldest entry: dicts keep insertion order
+        self.memory[kind, key] = value
+
+    def templates_cache(self) -> Path | None:
+        """Where Jinja keeps compiled templates between builds, or None if it cannot be created."""
+        folder = self.cache / "templates"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return folder
+
+    def runs_folder(self) -> Path:
+        """Where run results of `infralens check` are kept (see results.py)."""
+        return self.cache / "runs"
+
+    # ------------------------------------------------------------------ output
+
+    def check_out_dir(self) -> None:
+        """Refuse an output folder whose replacement would delete the project itself."""
+        out, project = self.out.resolve(), self.root.resolve()
+        if project == out or project.is_relative_to(out) or any((out / name).exists() for name in ("site.yml", ".git", "pyproject.toml")):
+            raise InputError([Problem(Mark(str(self.out)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
+
+    def output_state_key(self) -> str:
+        return digest("output", str(self.out.resolve()))
+
+    def staging(self) -> "Staging":
+        """Return a fresh staging folder beside output/ for a build's new and changed files."""
+        self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.new-", dir=self.out.absolute().parent))
+        return Staging(folder)
+
+    def present(self, files: dict[str, "Stamp"]) -> dict[str, "Stamp"]:
+        """Return the recorded files that are still in output/ exactly as the last build left them."""
+        kept = {}
+        for path, stamp in files.items():
+            try:
+                stat = os.stat(self.out / path)
+            except OSError:
+                continue
+            if stat.st_size == stamp.size and stat.st_mtime_ns == stamp.mtime_ns:
+                kept[path] = stamp
+        return kept
+
+    def strays(self, keep: set[str]) -> list[str]:
+        """Return the files in output/ that the site does not have (left by an older build or by hand)."""
+        out = str(self.out)
+        found = []
+        for folder, _, names in os.walk(out):
+            relative = os.path.relpath(folder, out)
+            for name in names:
+                path = name if relative == "." else f"{relative}/{name}".replace(os.sep, "/")
+                if path not in keep:
+                    found.append(path)
+        return found
+
+    def commit(self, staging: "Staging", remove: Iterable[str]) -> dict[str, "Stamp"]:
+        """Move the staged files into output/ and remove the ones the site no longer has.
+
+        Returns the stamp of every file moved in, to recognise it unchanged next time. When there is
+        no output/ yet, the staging folder becomes it with one rename.
+        """
+        out = self.out.absolute()
+        stamps = {}
+        if not out.exists():
+            os.chmod(staging.folder, 0o755)  # mkdtemp makes it private; a site is meant to be served
+            os.rename(staging.folder, out)
+            for path in staging.written:
+                stat = os.stat(out / path)
+                stamps[path] = Stamp(stat.st_size, stat.st_mtime_ns)
+            return stamps
+        made: set[Path] = set()
+        try:
+            for path in staging.written:
+                target = out / path
+                if target.parent not in made:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(target.parent)
+                os.replace(staging.folder / path, target)
+                stat = target.stat()
+                stamps[path] = Stamp(stat.st_size, stat.st_mtime_ns)
+            for path in remove:
+                try:
+                    (out / path).unlink()
+                except FileNotFoundError:
+                    pass
+                prune_empty(out, (out / path).parent)
+        finally:
+            staging.discard()
+        return stamps
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """How a file in output/ looked when a build wrote it."""
+
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class Staging:
+    """A folder the new and changed files of one build are written into before the commit."""
+
+    folder: Path
+    written: list[str] = field(default_factory=list)
+    made: set[str] = field(default_factory=set)
+
+    def target(self, path: str) -> str:
+        parent = os.path.dirname(path)
+        if parent and parent not in self.made:
+            os.makedirs(os.path.join(self.folder, parent), exist_ok=True)
+            self.made.add(parent)
+        self.written.append(path)
+        return os.path.join(self.folder, path)
+
+    def write(self, path: str, content: str | bytes) -> None:
+        with open(self.target(path), "wb") as file:
+            file.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+    def copy(self, source: Path, path: str) -> None:
+        shutil.copyfile(source, self.target(path))
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def atomic_write(target: Path, content: bytes) -> None:
+    """Write a file whole: to a temporary name first, then renamed over the target."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    partial.write_bytes(content)
+    os.replace(partial, target)
+
+
+def prune_empty(top: Path, folder: Path) -> None:
+    """Remove folder and its parents up to (not including) top while they are empty."""
+    while folder != top and top in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
