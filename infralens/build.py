@@ -134,6 +134,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     ws.check_out_dir()
     session = session or Session()
     state = session.state_for(ws)
+    site_state = state.site
     site, manifests, cards, parsed = read_and_parse(ws, state, session)
     starters = read_starters(ws, cards)
     runs = recorded_runs(ws, cards, session)
@@ -174,9 +175,13 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
         if lab_id not in units:
             del state.units[lab_id]
     state.shared = {path: (key, stamps.get(path) or state.shared[path][1]) for path, key in shared.items()}
-    state.cards = {digest_manifest(m): cards[m.lab_id] for m in manifests}
-    state.run_keys = session.run_keys
-    session.save_state(ws, state)
+    cards_by_digest = {digest_manifest(m): cards[m.lab_id] for m in manifests}
+    if written or removed or cards_by_digest != state.cards or session.run_keys != state.run_keys or state.site is not site_state:
+        state.cards = cards_by_digest
+        state.run_keys = session.run_keys
+        session.save_state(ws, state)
+    elif session.keep_state:
+        session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
     return BuildSummary(len(units), len(outcomes), html, len(written) - html, len(removed), time.perf_counter() - started, ws.out)
 
@@ -325,9 +330,10 @@ def navigation(site: Site, ordered: list[LabCard]) -> dict[str, Nav]:
         by_track.setdefault(card.track, []).append(card)
     navs = {}
     filled = [(track.id, track.title) for track in site.tracks if track.id in by_track]
+    place = {card.id: at for track in by_track.values() for at, card in enumerate(track)}
     for index, card in enumerate(ordered):
         track = by_track[card.track]
-        at = track.index(card)
+        at = place[card.id]
         low, high = max(0, at - NAV_WINDOW), min(len(track), at + NAV_WINDOW + 1)
         navs[card.id] = Nav(
             titles.get(card.track, card.track),
@@ -442,9 +448,8 @@ def write_shared(
 
     Returns output path → key of every such file the site has.
     """
-    from infralens.assets import MINIFIED, minified
-    from infralens.render import artifact_url
     from infralens.results import ResultStore
+    from infralens.urls import artifact_url
 
     present = ws.present({path: stamp for path, (_, stamp) in state.shared.items()})
     keys: dict[str, str] = {}
@@ -458,32 +463,46 @@ def write_shared(
     ordered = [unit.card for unit in sorted(units.values(), key=lambda u: u.card.number)]
     runs = {path: result for unit in units.values() for path, result in unit.runs}
     index_key = digest(theme.key, repr(site), repr(ordered), repr(sorted(runs.items())))
-    context = RenderContext(ws, site, theme)
-    use_context(context)
-    renderer = _WORKER["renderer"]
-    stage("index.html", index_key, lambda path: staging.write(path, renderer.render_index(site, ordered, runs)))
-    search_key = digest(*(unit.search_key for unit in units.values()))
 
-    def search_file(path: str) -> None:
-        from infralens.search import merge_index
+    def index_file(path: str) -> None:
+        use_context(RenderContext(ws, site, theme))
+        staging.write(path, _WORKER["renderer"].render_index(site, ordered, runs))
+
+    stage("index.html", index_key, index_file)
+    def chunk_file(path: str, number: int, members: list[Unit]) -> None:
+        from infralens.search import chunk_script
 
         def partials():
-            for unit in units.values():
+            for unit in members:
                 partial = ws.recall("search", unit.search_key)
                 if partial is None:  # lost from the cache: render the lab again for its documents
+                    use_context(RenderContext(ws, site, theme))
                     render_task((unit, None))
                     partial = ws.recall("search", unit.search_key)
                 yield partial
 
-        staging.write(path, merge_index(partials()))
+        staging.write(path, chunk_script(number, partials()))
 
-    stage(SEARCH_INDEX, search_key, search_file)
-    for name, file in theme.assets:
-        text_key = digest(name, file.read_bytes())
-        if name.endswith(MINIFIED):
-            stage(f"static/{name}", text_key, lambda path, f=file, n=name: staging.write(path, minified(n, f.read_text(encoding="utf-8"))))
+    from infralens.search import CHUNK_LABS, chunk_path, index_script
+
+    in_order = sorted(units.values(), key=lambda unit: unit.card.number)
+    chunks = []
+    for number, start in enumerate(range(0, len(in_order), CHUNK_LABS)):
+        members = in_order[start : start + CHUNK_LABS]
+        path = chunk_path(number)
+        chunks.append(path)
+        stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
+    stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
+    def asset(path: str, file: Path) -> None:
+        from infralens.assets import MINIFIED, minified
+
+        if file.name.endswith(MINIFIED):
+            staging.write(path, minified(file.name, file.read_text(encoding="utf-8")))
         else:
-            stage(f"static/{name}", text_key, lambda path, f=file: staging.copy(f, path))
+            staging.copy(file, path)
+
+    for name, file in theme.assets:
+        stage(f"static/{name}", digest(name, file.read_bytes()), lambda path, f=file: asset(path, f))
     store = ResultStore(ws.runs_folder())
     for unit in units.values():
         for path, text in unit.sources:
@@ -546,7 +565,7 @@ class Session:
             self._state = state
 
     def theme(self, ws: Workspace) -> Theme:
-        from infralens.render import packaged_theme
+        from infralens.workspace import packaged_theme
 
         dirs = ws.theme_dirs(packaged_theme())
         assets: dict[str, Path] = {}
@@ -573,6 +592,8 @@ class Session:
 
     def map(self, function, items: list, *, context: RenderContext | None = None) -> Iterator:
         """Apply function to every item, in up to `jobs` worker processes when there are enough items."""
+        if not items:
+            return iter(())
         if context is not None:
             use_context(context)
         if len(items) < PARALLEL_FROM or self.jobs < 2:

@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from infralens.errors import InputError, Mark, Problem
 from infralens.mathml import add_math
+from infralens.urls import artifact_url, lab_url, source_url
 from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
 
@@ -60,19 +61,7 @@ class Page:
     html: str
 
 
-def lab_url(lab_id: str) -> str:
-    """Path of a lab page under output/."""
-    return f"labs/{lab_id}/index.html"
 
-
-def source_url(starter_path: str) -> str:
-    """Path of a starter's source view under output/."""
-    return f"{starter_path}.html"
-
-
-def artifact_url(lab_id: str, name: str) -> str:
-    """Path under output/ of a file a lab's last run wrote."""
-    return f"runs/{lab_id}/{name}"
 
 
 def root_prefix(page_path: str) -> str:
@@ -99,13 +88,6 @@ def identifier_like(name: str) -> bool:
     return all(re.fullmatch(r"[A-Za-z_][\w.]*(\(\))?", part) for part in parts) and any(
         "_" in part or "." in part or part.endswith("()") for part in parts
     )
-
-
-def packaged_theme() -> Path:
-    """Return the folder of the theme shipped inside the package (templates/ of the repository)."""
-    from importlib.resources import files
-
-    return Path(str(files("infralens.theme")))
 
 
 class Renderer:

@@ -19,10 +19,13 @@ from typing import Iterable
 from pathlib import PurePosixPath
 
 from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
-from infralens.render import lab_url, source_url
+from infralens.urls import lab_url, source_url
 
-FORMAT = 1
+FORMAT = 2
 """Version of the index layout, checked by search.js."""
+
+CHUNK_LABS = 64
+"""Labs per chunk of the index: an edit rewrites the chunk of its lab, not the whole index."""
 
 SNIPPET = 160
 """Longest snippet a result shows, in characters."""
@@ -261,25 +264,40 @@ def token_weights(document: Document) -> tuple[tuple[str, int], ...]:
     return tuple(weights.items())
 
 
-def merge_index(partials: Iterable[Partial]) -> str:
-    """Return the search index of the labs whose partials these are, in this order, as a script.
+_dump = partial(json.dumps, separators=(",", ":"), ensure_ascii=True)
 
-    The same input gives the same bytes, one document and one token per line, so a change to the
-    index reads as a diff.
+
+def chunk_path(number: int) -> str:
+    """Where chunk `number` of the index goes under output/."""
+    return f"search/chunk-{number:04d}.js"
+
+
+def chunk_script(number: int, partials: Iterable[Partial]) -> str:
+    """Return one chunk of the index: the documents of some labs, in order, and their postings.
+
+    Document ids count from 0 in each chunk; search.js shifts them as it joins the chunks. The
+    same input gives the same bytes, one document and one token per line, so a change reads as a diff.
     """
     docs: list[Document] = []
     index = postings(partials, docs)
-    dump = partial(json.dumps, separators=(",", ":"), ensure_ascii=True)
     return (
-        "/* The site's search index, written by infralens build (infralens/search.py). */\n"
-        f'window.InfraLensSearchIndex = {{"version":{FORMAT},"stop":{dump(sorted(STOP_WORDS))},\n'
-        '"docs":[\n' + ",\n".join(dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
-        '"terms":[\n' + ",\n".join(f'[{dump(token)},[{",".join(map(str, index[token]))}]]' for token in sorted(index)) + "]};\n"
+        "/* A chunk of the site's search index, written by infralens build (infralens/search.py). */\n"
+        f"(window.InfraLensSearchChunks = window.InfraLensSearchChunks || {{}})[{number}] = {{\n"
+        '"docs":[\n' + ",\n".join(_dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
+        '"terms":[\n' + ",\n".join(f'[{_dump(token)},[{",".join(map(str, index[token]))}]]' for token in sorted(index)) + "]};\n"
+    )
+
+
+def index_script(chunks: list[str]) -> str:
+    """Return search-index.js: the format, the stop words and the chunks search.js loads."""
+    return (
+        "/* The site's search index, written by infralens build (infralens/search.py): its chunks follow. */\n"
+        f'window.InfraLensSearchIndex = {{"version":{FORMAT},"stop":{_dump(sorted(STOP_WORDS))},"chunks":{_dump(chunks)}}};\n'
     )
 
 
 def search_index(site: Site, labs: tuple[ResolvedLab, ...], sources: dict[str, SourceFile]) -> str:
-    """Return the search index of the whole site as a script."""
-    return merge_index([
+    """Return the whole index of these labs as one chunk script (for tests and tools)."""
+    return chunk_script(0, [
         lab_partial(site, resolved, tuple(sources[starter.path].text for starter in resolved.lab.starters)) for resolved in labs
     ])

@@ -73,7 +73,8 @@ def rebuild(ws: Workspace, session: Session, state: BuildState, log) -> None:
 
 def overlay(ws: Workspace, errors: list[str]) -> tuple[str, str, str]:
     """Render the error banner and the reload script from the theme."""
-    from infralens.render import Renderer, packaged_theme
+    from infralens.render import Renderer
+    from infralens.workspace import packaged_theme
 
     renderer = Renderer(ws.theme_dirs(packaged_theme()))
     return renderer.render_serve_overlay(errors, STATE_PATH)

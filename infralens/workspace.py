@@ -41,6 +41,13 @@ def digest(*parts: str | bytes) -> str:
     return hasher.hexdigest()
 
 
+def packaged_theme() -> Path:
+    """Return the folder of the theme shipped inside the package (templates/ of the repository)."""
+    from importlib.resources import files
+
+    return Path(str(files("infralens.theme")))
+
+
 def display_path(path: Path, root: Path) -> str:
     """Show a path relative to the project root when it is inside it, as errors should."""
     try:

@@ -36,6 +36,7 @@ def test_sample_site_matches_golden(sample_site: Path, tmp_path: Path, update_go
         shutil.rmtree(GOLDEN, ignore_errors=True)
         shutil.copytree(out, GOLDEN, ignore=shutil.ignore_patterns("*.css", "*.js"))
         shutil.copy(out / "search-index.js", GOLDEN / "search-index.js")
+        shutil.copytree(out / "search", GOLDEN / "search", dirs_exist_ok=True)
     built, golden = files(out), files(GOLDEN)
     assert sorted(built) == sorted(golden), "the set of built files changed"
     for name, content in built.items():

@@ -37,11 +37,26 @@ ONLY_IN_A_STARTER = ("requests_that_fit", "code/lab-13-paged-kv-cache/paged_kv_c
 """An identifier of one lab's starter that no manifest and no other starter mentions."""
 
 
-def parse(index_js: str) -> dict:
-    """Read the data back out of search-index.js."""
-    match = re.fullmatch(r"/\*[^*\n]*\*/\nwindow\.InfraLensSearchIndex = (.*);\n", index_js, re.S)
-    assert match, index_js[:200]
+def parse(chunk_js: str) -> dict:
+    """Read the data back out of one chunk of the index."""
+    match = re.fullmatch(r"/\*[^*\n]*\*/\n\(window\.InfraLensSearchChunks = window\.InfraLensSearchChunks \|\| \{\}\)\[\d+\] = (.*);\n", chunk_js, re.S)
+    assert match, chunk_js[:200]
     return json.loads(match.group(1))
+
+
+def read_index(out: Path) -> dict:
+    """Read a built site's whole index: search-index.js and its chunks, joined as search.js joins them."""
+    match = re.fullmatch(r"/\*[^*\n]*\*/\nwindow\.InfraLensSearchIndex = (.*);\n", (out / "search-index.js").read_text(), re.S)
+    assert match
+    manifest = json.loads(match.group(1))
+    assert manifest["version"] == 2
+    docs, terms = [], []
+    for path in manifest["chunks"]:
+        chunk = parse((out / path).read_text())
+        offset = len(docs)
+        docs += chunk["docs"]
+        terms += [[token, [value + offset if i % 2 == 0 else value for i, value in enumerate(postings)]] for token, postings in chunk["terms"]]
+    return {"docs": docs, "terms": terms, "stop": manifest["stop"]}
 
 
 def found(index: dict, term: str) -> list[str]:
@@ -169,13 +184,13 @@ def test_a_lab_is_found_by_an_identifier_that_only_its_starter_has(real_site: Pa
     manifests = [lab.path for lab in REAL.labs if identifier in (REPO / lab.path).read_text()]
     holders = [path for path, source in REAL.sources.items() if identifier in source.text]
     assert (manifests, holders) == ([], [starter]), "pick another identifier for this test"
-    index = parse((real_site / "search-index.js").read_text())
+    index = read_index(real_site)
     assert found(index, identifier) == [f"{starter}.html"]
 
 
 @pytest.mark.cli
 def test_every_result_links_to_a_page_and_anchor_of_the_built_site(real_site: Path) -> None:
-    index = parse((real_site / "search-index.js").read_text())
+    index = read_index(real_site)
     ids: dict[str, set[str]] = {}
     for title, crumb, url, text in index["docs"]:
         assert title and crumb.startswith("Lab ") and text, url
@@ -195,10 +210,12 @@ def test_an_incremental_build_writes_the_same_index_as_a_cold_one(sample_site: P
     assert build(ws).rendered == 1  # only the lab that owns the edited starter
     cold = Workspace.open(sample_site / "site.yml", tmp_path / "cold", tmp_path / "cold-cache")
     build(cold)
-    index = (ws.out / "search-index.js").read_text()
-    assert index == (cold.out / "search-index.js").read_text()
-    assert found(parse(index), "new_identifier") == ["code/lab-02-notes/notes.md.html"]
-    assert found(parse(index), "kv_bytes_per_token") == ["code/lab-01-sample/kv.py.html"]
+    assert sorted(p.name for p in (ws.out / "search").iterdir()) == ["chunk-0000.js"]
+    for path in ("search-index.js", "search/chunk-0000.js"):
+        assert (ws.out / path).read_text() == (cold.out / path).read_text()
+    index = read_index(ws.out)
+    assert found(index, "new_identifier") == ["code/lab-02-notes/notes.md.html"]
+    assert found(index, "kv_bytes_per_token") == ["code/lab-01-sample/kv.py.html"]
     pages, files = render_in_memory(sample_site / "site.yml", tmp_path / "cache")
     assert not [link for link in check_links(pages, files) if link.problem]
 

@@ -9,18 +9,36 @@
     .map((selector) => box.querySelector(selector));
   let index = null, stop, loading = false, active = -1;
 
+  const failed = () => say("Search is unavailable: its index did not load.");
+
+  function script(src, onload) {
+    document.head.append(Object.assign(document.createElement("script"), {src, onload, onerror: failed}));
+  }
+
+  // search-index.js names the index's chunks (a few dozen labs each, so a build rewrites only the
+  // chunk of the lab that changed); each chunk script files itself under its number.
   function load() {
     if (index || loading) return;
     loading = true;
-    const script = Object.assign(document.createElement("script"), {src: box.dataset.searchIndex});
-    script.onload = () => {
+    script(box.dataset.searchIndex, () => {
       const data = window.InfraLensSearchIndex;
-      if (data?.version !== 1) return script.onerror();
-      [index, stop] = [data, new Set(data.stop)];
-      if (input.value.trim()) update();
-    };
-    script.onerror = () => say("Search is unavailable: its index did not load.");
-    document.head.append(script);
+      if (data?.version !== 2) return failed();
+      let waiting = data.chunks.length;
+      const joined = () => {
+        const chunks = window.InfraLensSearchChunks || {}, docs = [], terms = [];
+        data.chunks.forEach((_, n) => {
+          const offset = docs.length;
+          docs.push(...chunks[n].docs);
+          for (const [token, postings] of chunks[n].terms) {
+            terms.push([token, postings.map((value, i) => (i % 2 ? value : value + offset))]);
+          }
+        });
+        [index, stop] = [{docs, terms}, new Set(data.stop)];
+        if (input.value.trim()) update();
+      };
+      if (!waiting) return joined();
+      data.chunks.forEach((path) => script(box.dataset.searchRoot + path, () => --waiting || joined()));
+    });
   }
 
   // Document id → best {score, token} for one term; an exact token counts double.
