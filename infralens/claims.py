@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from infralens.models import Lab
+from infralens.schema import Prose, texts
 
 _TEX_COMMA = "{,}"
 """How TeX math writes a thousands separator: `6{,}738`."""
@@ -20,12 +21,8 @@ _FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w]|[.,]\d)|(?
 
 
 def prose(lab: Lab) -> list[str]:
-    """Every piece of text the lab page shows from the manifest."""
-    texts = [lab.summary, lab.concrete, lab.concept_goal, lab.interview, *lab.mechanism, *lab.checkpoints, *lab.misunderstandings]
-    texts += [starter.role for starter in lab.starters]
-    texts += [block.note for block in lab.key_blocks]
-    texts += [item.text for item in lab.intuition]
-    return texts
+    """Every piece of prose the lab page shows from the manifest: each field declared as Prose."""
+    return [text for text, _ in texts(lab, lambda spec, meta: isinstance(spec, Prose))]
 
 
 def stated_figures(lab: Lab) -> list[str]:

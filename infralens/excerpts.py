@@ -10,9 +10,8 @@ import ast
 import re
 
 from infralens.errors import Problems
-from infralens.manifest import parse_range
 from infralens.models import Excerpt, KeyBlock, KeyBlockSpec, Lab, Selector, SourceFile, SourceLine
-from infralens.schema import did_you_mean
+from infralens.schema import did_you_mean, parse_range
 
 # Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
 _MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")

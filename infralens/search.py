@@ -19,6 +19,7 @@ from typing import Iterable
 from pathlib import PurePosixPath
 
 from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
+from infralens.schema import Choice, Regex, Spec, Text, texts
 from infralens.urls import lab_url, source_url
 
 FORMAT = 2
@@ -146,27 +147,11 @@ def starter_names(path: str, text: str) -> tuple[list[str], list[str], list[str]
 
 
 def section_text(lab: Lab, section: str) -> str:
-    """Return the plain text of one section of a lab page."""
-    match section:
-        case "concept_goal":
-            parts = [lab.concept_goal]
-        case "mechanism":
-            parts = list(lab.mechanism)
-        case "starters":
-            parts = [f"{starter.path} {starter.role}" for starter in lab.starters]
-        case "checkpoints":
-            parts = list(lab.checkpoints)
-        case "misunderstandings":
-            parts = list(lab.misunderstandings)
-        case "interview":
-            parts = [lab.interview]
-        case "intuition":
-            parts = [item.text + (f" {item.link.label}: {item.link.title}" if item.link else "") for item in lab.intuition]
-        case "further_reading":
-            parts = [f"{reference.kind}: {reference.title}" for reference in lab.further_reading]
-        case _:
-            parts = []
-    return " ".join(plain_text(part) for part in parts)
+    """Return the plain text of one section of a lab page: every indexed field declared for it."""
+    def wanted(spec: Spec, meta: dict) -> bool:
+        return meta["section"] == section and meta["indexed"] and isinstance(spec, (Text, Choice)) and not isinstance(spec, Regex)
+
+    return " ".join(plain_text(text) for text, _ in texts(lab, wanted))
 
 
 def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> tuple[Document, ...]:

@@ -21,16 +21,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from infralens.errors import InputError, Mark, Problem, Problems
+from infralens.models import ID_PATTERN
 
 CACHE_ENV = "INFRALENS_CACHE_DIR"
 """Environment variable that moves the cache folder (the `--cache-dir` option wins over it)."""
 
 DEFAULT_CACHE = ".infralens"
 """The cache folder's name in the site root when nothing else is said (git-ignored)."""
-
-ID_PATTERN = r"[a-z0-9][a-z0-9-]*"
-"""What a lab id (a manifest's file stem) and a track id may look like."""
-
 
 def digest(*parts: str | bytes) -> str:
     """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc')."""

@@ -46,3 +46,15 @@ def test_check_fails_when_the_page_states_a_figure_no_run_prints(sample_site: Pa
         "labs/lab-01-sample.yml:24:52: error: code/lab-01-sample/kv.py: the page states 1,048,576 "
         "but no starter of the lab prints it" in result.stderr
     )
+
+
+@pytest.mark.unit
+def test_every_prose_field_is_read_including_topic_and_kind_line(sample_site: Path) -> None:
+    # The fields come from the declarations in models.py, not from a list kept by hand.
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "title: Sample KV bytes",
+        "title: Sample KV bytes\ntopic: KV cache at 1,024 tokens\nkind_line: Runs in 0.25 s on a CPU.",
+    ))
+    lab = load_project(sample_site / "site.yml").labs[0]
+    assert {"1,024", "0.25"} <= set(stated_figures(lab))

@@ -41,3 +41,17 @@ def test_the_schema_rejects_what_the_build_rejects(case: str) -> None:
     manifest = yaml.safe_load((TESTS / "invalid" / case / "labs" / "lab-01-broken.yml").read_text())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(manifest, json_schemas()["lab.schema.json"])
+
+
+@pytest.mark.unit
+def test_every_declared_field_is_in_the_schema_with_its_doc_and_nothing_else_is() -> None:
+    from infralens.models import Lab, Site, Starter
+    from infralens.schema import declarations
+
+    schemas = json_schemas()
+    lab = schemas["lab.schema.json"]
+    for model, schema in ((Lab, lab), (Site, schemas["site.schema.json"]), (Starter, lab["properties"]["starters"]["items"])):
+        declared = {meta["key"] or field.name: meta["spec"].doc for field, meta in declarations(model)}
+        assert set(schema["properties"]) == set(declared), model
+        for key, doc in declared.items():
+            assert schema["properties"][key].get("description", "") == doc, (model, key)
