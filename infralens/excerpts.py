@@ -15,8 +15,6 @@ from infralens.schema import did_you_mean, parse_range
 
 # Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
 _MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
-_HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.*?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 
 
 def is_marker(text: str) -> bool:
@@ -95,29 +93,17 @@ def _line_range(source: SourceFile, value: str) -> tuple[int, int] | str:
 
 
 def _heading(source: SourceFile, title: str) -> tuple[int, int] | str:
-    headings: list[tuple[int, int, str]] = []  # (line, level, title)
-    fence: str | None = None
-    for line in source.lines:
-        fence_match = _FENCE.match(line.text)
-        if fence_match:
-            marker = fence_match.group(1)
-            if fence is None:
-                fence = marker
-            elif marker[0] == fence[0] and len(marker) >= len(fence):
-                fence = None
-            continue
-        if fence is None:
-            match = _HEADING.match(line.text)
-            if match:
-                headings.append((line.number, len(match.group("hashes")), match.group("title")))
-    hits = [h for h in headings if h[2] == title]
+    from infralens.markdown import outline
+
+    headings = outline(source.text).headings
+    hits = [h for h in headings if h.title == title]
     if not hits:
-        return f"heading {title!r} not found in {source.path}{did_you_mean(title, [h[2] for h in headings])}"
+        return f"heading {title!r} not found in {source.path}{did_you_mean(title, [h.title for h in headings])}"
     if len(hits) > 1:
-        return f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h[0]) for h in hits)})"
-    start, level, _ = hits[0]
-    end = next((n - 1 for n, lvl, _ in headings if n > start and lvl <= level), len(source.lines))
-    return start, end
+        return f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h.line) for h in hits)})"
+    start = hits[0]
+    end = next((h.line - 1 for h in headings if h.line > start.line and h.level <= start.level), len(source.lines))
+    return start.line, end
 
 
 def cut_excerpt(source: SourceFile, first: int, last: int) -> tuple[SourceLine, ...]:

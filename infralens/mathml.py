@@ -97,17 +97,13 @@ def _math_rule(display: bool):
     return render
 
 
-@lru_cache(maxsize=1)
-def _tokenizer() -> MarkdownIt:
-    # The renderer's settings (render.Renderer): tables split cells before math is looked for.
-    return add_math(MarkdownIt("commonmark", {"html": False}).enable("table"))
-
-
 def formulas(text: str) -> tuple[Formula, ...]:
     """Return the formulas of Markdown text, each once, as block or inline rendering would find them."""
     if "$" not in text:
         return ()
-    md = _tokenizer()
+    from infralens.markdown import parser
+
+    md = parser()
     found: dict[Formula, None] = {}
     # A field may be rendered either way (`md` or `mdi`), and they differ: an indented line is a
     # code block only to block rendering. Checking both covers whichever the templates choose.

@@ -13,11 +13,10 @@ import traceback
 from pathlib import Path, PurePosixPath
 
 import jinja2
-from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from infralens.errors import InputError, Mark, Problem
-from infralens.mathml import add_math
+from infralens.markdown import parser
 from infralens.urls import artifact_url, lab_url, source_url
 from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
@@ -106,9 +105,9 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        # html=False: raw HTML in a manifest is shown as text, never passed through. Math becomes
-        # MathML here, at build time: pages need no script to show it.
-        self.markdown = add_math(MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table"))
+        # The one Markdown parser (markdown.py): raw HTML is shown as text, math becomes MathML here,
+        # at build time, so pages need no script to show it.
+        self.markdown = parser()
         self.env.filters["md"] = self.block_markdown
         self.env.filters["mdi"] = self.inline_markdown
         self.env.globals["lab_url"] = lab_url

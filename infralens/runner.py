@@ -6,6 +6,7 @@ process. Every run is its own process group, killed whole at its timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,58 +21,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from infralens.claims import figure_line, unbacked_figures
+from infralens.markdown import python_blocks
 from infralens.errors import Mark
 from infralens.models import Lab, RunResult, Starter
 from infralens.results import ResultStore, run_key
 
-_FENCE_OPEN = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
+RUN_MARKDOWN = Path(__file__).with_name("run_markdown.py")
+"""The program that runs a Markdown starter's python blocks (run by path, importing nothing of ours)."""
 
 # Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
 # caller's PYTHONPATH) is left out so a run depends only on the file and its arguments.
 _KEPT_ENV = ("PATH", "SYSTEMROOT", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-def python_blocks(markdown: str) -> list[tuple[int, str]]:
-    """Return (first line number, code) of each fenced python block of a Markdown file."""
-    blocks: list[tuple[int, str]] = []
-    lines = markdown.split("\n")
-    index = 0
-    while index < len(lines):
-        match = _FENCE_OPEN.match(lines[index])
-        if not match:
-            index += 1
-            continue
-        fence = match.group("fence")
-        info = match.group("info").lower()
-        body: list[str] = []
-        start = index + 2  # 1-based number of the first code line
-        index += 1
-        while index < len(lines) and not re.match(rf"^\s{{0,3}}{fence[0]}{{{len(fence)},}}\s*$", lines[index]):
-            body.append(lines[index])
-            index += 1
-        index += 1
-        if info in ("python", "py", "python3"):
-            blocks.append((start, "\n".join(body)))
-    return blocks
-
-
-def markdown_program(path: Path) -> str:
-    """Write a Python program that runs a Markdown file's python blocks in order in one namespace.
-
-    Each block is compiled with the Markdown file's name and its real line numbers, so a traceback
-    points at the line of the .md file.
-    """
-    blocks = python_blocks(path.read_text(encoding="utf-8"))
-    return (
-        "import sys\n"
-        f"_blocks = {blocks!r}\n"
-        f"_path = {str(path)!r}\n"
-        "_namespace = {'__name__': '__main__', '__file__': _path}\n"
-        "if not _blocks:\n"
-        "    sys.exit(f'{_path}: no python blocks to run')\n"
-        "for _line, _code in _blocks:\n"
-        "    exec(compile('\\n' * (_line - 1) + _code, _path, 'exec'), _namespace)\n"
-    )
 
 
 def clean_env(home: str) -> dict[str, str]:
@@ -95,11 +55,13 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
     """
     assert starter.run is not None
     source = (root / starter.path).resolve()
-    with tempfile.TemporaryDirectory(prefix="infralens-run-") as scratch:
+    # The starter's working folder holds only what it writes; the list of a Markdown starter's
+    # blocks goes in a folder beside it.
+    with tempfile.TemporaryDirectory(prefix="infralens-run-") as scratch, tempfile.TemporaryDirectory(prefix="infralens-blocks-") as side:
         if source.suffix == ".md":
-            program = Path(scratch, "_run_markdown.py")
-            program.write_text(markdown_program(source), encoding="utf-8")
-            command = [sys.executable, str(program), *starter.run.args]
+            blocks = Path(side, "blocks.json")
+            blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
+            command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *starter.run.args]
         else:
             command = [sys.executable, str(source), *starter.run.args]
         started = time.perf_counter()

@@ -55,14 +55,8 @@ _PY_NOISE = re.compile(
     r"""(?:'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")|\b\d[\w.]*)"""
 )
 _PY_DEFINED = re.compile(r"\b(?:def|class)\s+([^\W\d]\w*)")
-_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_MD_PUNCTUATION = re.compile(r"[`*~]|\\(?=\S)")
-_MATH = re.compile(r"\$([^$\n]+)\$")
 _TEX_COMMAND = re.compile(r"\\(?:text|mathrm|operatorname)\{([^}]*)\}|\\(times|cdot)\b|\\([A-Za-z]+)|(\\.)|[{}]")
 _TEX_SYMBOLS = {"times": "×", "cdot": "·"}
-_FENCED = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<code>.*?)^ {0,3}(?P=fence)[`~]*[ \t]*$", re.M | re.S)
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
-_HEADING = re.compile(r"^#{1,6}\s+(.*)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -92,9 +86,27 @@ def tokens(text: str) -> set[str]:
 
 
 def plain_text(markdown: str) -> str:
-    """Strip Markdown roughly to the words a reader sees: link text kept, code and math marks dropped."""
-    text = _MATH.sub(lambda math: _TEX_COMMAND.sub(tex_replacement, math.group(1)), _MD_LINK.sub(r"\1", markdown))
-    return " ".join(_MD_PUNCTUATION.sub("", text).split())
+    """Return the words a reader sees of Markdown prose, parsed as the page parses it: link text
+    kept, code and emphasis marks dropped, math read as text (\\times as ×)."""
+    from infralens.markdown import parser
+
+    words: list[str] = []
+    for token in parser().parse(markdown):
+        if token.type in ("math_block", "fence", "code_block"):
+            words.append(_tex_text(token.content) if token.type == "math_block" else token.content)
+        for child in token.children or ():
+            if child.type in ("text", "code_inline"):
+                words.append(child.content)
+            elif child.type in ("math_inline", "math_inline_double"):
+                words.append(_tex_text(child.content))
+            elif child.type in ("softbreak", "hardbreak"):
+                words.append(" ")
+        words.append(" ")
+    return " ".join("".join(words).split())
+
+
+def _tex_text(latex: str) -> str:
+    return _TEX_COMMAND.sub(tex_replacement, latex)
 
 
 def tex_replacement(command: re.Match) -> str:
@@ -133,17 +145,19 @@ def starter_names(path: str, text: str) -> tuple[list[str], list[str], list[str]
         return [], *python_names(text)
     if suffix != ".md":
         return [], [], _IDENTIFIER.findall(text)
+    from infralens.markdown import PYTHON, outline
+
+    found = outline(text)
     defined, names = [], []
-    for block in _FENCED.finditer(text):
-        if block["info"].strip().lower() in ("python", "py"):
-            block_defined, block_names = python_names(block["code"])
-            defined += block_defined
-            names += block_names
+    for fence in found.fences:
+        if fence.language in PYTHON:
+            fence_defined, fence_names = python_names(fence.code)
+            defined += fence_defined
+            names += fence_names
         else:
-            names += _IDENTIFIER.findall(block["code"])
-    prose = _FENCED.sub("", text)
-    names += [name for span in _CODE_SPAN.finditer(prose) for name in _IDENTIFIER.findall(span.group(2))]
-    return _HEADING.findall(prose), defined, names
+            names += _IDENTIFIER.findall(fence.code)
+    names += [name for span in found.code_spans for name in _IDENTIFIER.findall(span)]
+    return [heading.title for heading in found.headings], defined, names
 
 
 def section_text(lab: Lab, section: str) -> str:

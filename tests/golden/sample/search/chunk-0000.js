@@ -7,7 +7,7 @@
 ["Annotated starter links","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#starters","code/lab-01-sample/kv.py Prints the KV bytes per token."],
 ["How to read this code","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#checkpoints","The factor 2 is K plus V."],
 ["What this code does not mean","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#misunderstandings","The KV cache is not part of training state."],
-["How to say it out loud","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#interview","Start from 2 layers kv_heads head_dim bytes."],
+["How to say it out loud","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#interview","Start from 2 * layers * kv_heads * head_dim * bytes."],
 ["Additional intuition","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#intuition","Plain text intuition. With a link. Official PyTorch docs"],
 ["Official, paper and practical references","Lab 01 \u00b7 Sample KV bytes","labs/lab-01-sample/index.html#further-reading","paper GQA"],
 ["per_layer","Lab 01 \u00b7 Sample KV bytes \u00b7 Key code blocks","labs/lab-01-sample/index.html#kb-per_layer","K and V, so the factor 2."],

@@ -1,0 +1,78 @@
+"""Markdown: the one parser of prose and of Markdown starters (markdown-it-py).
+
+CommonMark with tables and `$…$` / `$$…$$` math, raw HTML shown as text. Pages render prose with
+it (render.py), the claims and schema find formulas with it (mathml.py), and a Markdown starter's
+headings, fenced blocks and code spans come from it: the excerpt a `heading:` selects, the python
+blocks `check` runs and the names search indexes all follow the same rules as the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
+
+
+@lru_cache(maxsize=1)
+def parser() -> MarkdownIt:
+    """Return the configured parser (made once per process: it is pure, and costs a millisecond to make)."""
+    from infralens.mathml import add_math
+
+    # html=False: raw HTML in a manifest is shown as text, never passed through.
+    return add_math(MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table"))
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A heading of a Markdown file."""
+
+    line: int
+    """1-based line of the heading."""
+    level: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A fenced code block of a Markdown file."""
+
+    line: int
+    """1-based line of its first line of code."""
+    language: str
+    """The first word of its info string, lowercased ('python', 'text', '')."""
+    code: str
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a Markdown starter holds besides prose."""
+
+    headings: tuple[Heading, ...]
+    fences: tuple[Fence, ...]
+    code_spans: tuple[str, ...]
+    """The text of every inline code span, in order."""
+
+
+def outline(text: str) -> Outline:
+    """Return the headings, fenced blocks and code spans of a Markdown file, as the page would parse it."""
+    tokens = parser().parse(text)
+    headings, fences, spans = [], [], []
+    for index, token in enumerate(tokens):
+        if token.type == "heading_open" and token.map:
+            headings.append(Heading(token.map[0] + 1, int(token.tag[1]), tokens[index + 1].content.strip()))
+        elif token.type == "fence" and token.map:
+            language = token.info.split()[0].lower() if token.info.strip() else ""
+            fences.append(Fence(token.map[0] + 2, language, token.content))
+        elif token.type == "inline":
+            spans += [child.content for child in token.children or () if child.type == "code_inline"]
+    return Outline(tuple(headings), tuple(fences), tuple(spans))
+
+
+PYTHON = ("python", "py", "python3")
+"""Info strings of the fenced blocks `check` runs."""
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """Return (first line number, code) of each fenced python block of a Markdown file."""
+    return [(fence.line, fence.code) for fence in outline(text).fences if fence.language in PYTHON]

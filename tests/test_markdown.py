@@ -1,0 +1,59 @@
+"""The one Markdown parser: what a Markdown starter's headings, fences and code spans are."""
+
+from __future__ import annotations
+
+import pytest
+
+from infralens.markdown import outline, python_blocks
+from infralens.search import plain_text
+
+pytestmark = pytest.mark.unit
+
+NOTES = """\
+# Notes
+
+Call `decode(z)` first.
+
+```python
+# not a heading: inside a fence
+x = 1
+```
+
+Chunking
+--------
+
+- a list item with a fence:
+
+  ```py
+  y = 2
+  ```
+
+~~~text
+plain
+~~~
+"""
+
+
+def test_headings_fences_and_code_spans_follow_commonmark() -> None:
+    found = outline(NOTES)
+    assert [(h.line, h.level, h.title) for h in found.headings] == [(1, 1, "Notes"), (10, 2, "Chunking")]
+    assert [(f.line, f.language, f.code) for f in found.fences] == [
+        (6, "python", "# not a heading: inside a fence\nx = 1\n"),
+        (16, "py", "y = 2\n"),
+        (20, "text", "plain\n"),
+    ]
+    assert found.code_spans == ("decode(z)",)
+
+
+def test_python_blocks_keep_their_real_line_numbers() -> None:
+    lines = NOTES.split("\n")
+    blocks = python_blocks(NOTES)
+    assert [line for line, _ in blocks] == [6, 16]
+    for line, code in blocks:
+        assert lines[line - 1].strip() == code.split("\n")[0].strip()
+
+
+def test_plain_text_is_what_the_page_shows() -> None:
+    assert plain_text("See [the paper](https://arxiv.org/abs/1) and `a * b`, **not** $2 \\times d$.") == (
+        "See the paper and a * b, not 2 × d."
+    )
