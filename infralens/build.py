@@ -196,7 +196,7 @@ def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tupl
     site_key = digest(__version__, site_shown, site_text)
     site = state.site[1] if state.site and state.site[0] == site_key else None
     if site is None:
-        from infralens.manifest import parse_site
+        from infralens.parse import parse_site
 
         try:
             site = parse_site(site_shown, site_text)
@@ -232,7 +232,7 @@ def digest_manifest(manifest: Manifest) -> str:
 
 def parse_one(manifest: Manifest) -> Lab | InputError:
     """Parse one manifest (in a worker process when there are many)."""
-    from infralens.manifest import parse_lab
+    from infralens.parse import parse_lab
 
     try:
         return parse_lab(manifest.path, manifest.lab_id, manifest.text)
@@ -395,7 +395,7 @@ def use_context(context: RenderContext) -> None:
 
 def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
     """Parse (if needed), resolve and render one lab; its problems are returned, not raised."""
-    from infralens.excerpts import resolve_excerpt
+    from infralens.resolve import resolve_excerpt
     from infralens.search import lab_partial
 
     unit, lab = task
@@ -634,7 +634,7 @@ def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
 
 def resolve(project: Project) -> tuple[ResolvedLab, ...]:
     """Resolve every lab's excerpt, raising InputError with every problem."""
-    from infralens.excerpts import resolve_excerpt
+    from infralens.resolve import resolve_excerpt
 
     problems = Problems()
     resolved = []

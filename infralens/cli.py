@@ -116,7 +116,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
 @click.option("--out", "out_dir", default="schema", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the schemas into.")
 def schema(out_dir: Path) -> None:
     """Write the JSON Schemas of lab manifests and site.yml for editors, and the Markdown reference."""
-    from infralens.manifest import json_schemas, reference_markdown
+    from infralens.parse import json_schemas, reference_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, document in json_schemas().items():

@@ -1,7 +1,7 @@
 """Frozen models of the site, its labs and what the build resolves from them.
 
 The models of site.yml and of a lab manifest declare each field once, with `declared(spec)`: its
-type, constraints, default and documentation. The validator (manifest.py), the editors' JSON
+type, constraints, default and documentation. The validator (parse.py), the editors' JSON
 Schema, schema/reference.md, the text the claims check reads and the text search indexes are all
 derived from these declarations.
 """

@@ -58,12 +58,13 @@ class Context:
         return INVALID
 
 
-_scalar_constructor = yaml.constructor.SafeConstructor()
-
-
 def scalar_value(node: yaml.ScalarNode) -> Any:
-    """Return the Python value YAML's safe rules give a scalar node."""
-    return _scalar_constructor.construct_object(node, deep=True)
+    """Return the Python value YAML's safe rules give a scalar node.
+
+    A constructor per call: one kept for the process would remember every node it ever saw
+    (`constructed_objects`), and `serve` parses manifests for as long as it runs.
+    """
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
 
 
 def describe(node: yaml.Node) -> str:

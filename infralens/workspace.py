@@ -92,9 +92,22 @@ class Workspace:
         return display_path(path, self.root)
 
     def read_text(self, path: Path, shown: str, problems: Problems, mark: Mark | None = None) -> str | None:
-        """Read a UTF-8 file, recording a problem instead of raising."""
+        """Read a UTF-8 file, recording a problem instead of raising.
+
+        A long-lived process keeps each file's text by its size and modification time, so an edit
+        costs one read, not a read of the whole site.
+        """
         try:
-            return path.read_text(encoding="utf-8")
+            if not self.memory_limit:
+                return path.read_text(encoding="utf-8")
+            stat = os.stat(path)
+            stamp = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            kept = self.memory.get(("file", str(path)))
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
+            text = path.read_text(encoding="utf-8")
+            self._remember("file", str(path), (stamp, text))
+            return text
         except FileNotFoundError:
             problems.add(mark or Mark(shown), f"file not found: {shown}")
         except UnicodeDecodeError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infralens.errors import Mark, Problems
-from infralens.excerpts import bind_lines, cut_excerpt, select_lines, slugify
+from infralens.resolve import bind_lines, cut_excerpt, select_lines, slugify
 from infralens.highlight import source_file
 from infralens.models import KeyBlockSpec, LineBinding, Selector
 

@@ -12,7 +12,7 @@ from conftest import REPO, run_infralens
 from infralens.claims import figure_line, stated_figures
 from infralens.errors import InputError
 from infralens.build import load_project
-from infralens.manifest import parse_lab
+from infralens.parse import parse_lab
 from infralens.mathml import Formula, MalformedMath, formulas, to_mathml
 from infralens.render import Renderer
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import REPO, TESTS, run_infralens
-from infralens.manifest import json_schemas
+from infralens.parse import json_schemas
 
 MANIFESTS = sorted((REPO / "labs").glob("*.yml")) + sorted((TESTS / "sites" / "sample" / "labs").glob("*.yml"))
 
