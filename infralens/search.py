@@ -160,12 +160,15 @@ def starter_names(path: str, text: str) -> tuple[list[str], list[str], list[str]
     return [heading.title for heading in found.headings], defined, names
 
 
-def section_text(lab: Lab, section: str) -> str:
-    """Return the plain text of one section of a lab page: every indexed field declared for it."""
+def section_texts(lab: Lab) -> dict[str, str]:
+    """Return the plain text of each section of a lab page: every indexed field declared for it."""
     def wanted(spec: Spec, meta: dict) -> bool:
-        return meta["section"] == section and meta["indexed"] and isinstance(spec, (Text, Choice)) and not isinstance(spec, Regex)
+        return bool(meta["section"]) and meta["indexed"] and isinstance(spec, (Text, Choice)) and not isinstance(spec, Regex)
 
-    return " ".join(plain_text(text) for text, _ in texts(lab, wanted))
+    found: dict[str, list[str]] = {}
+    for text, meta in texts(lab, wanted):
+        found.setdefault(meta["section"], []).append(plain_text(text))
+    return {section: " ".join(parts) for section, parts in found.items()}
 
 
 def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> tuple[Document, ...]:
@@ -180,8 +183,9 @@ def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> 
     summary = plain_text(lab.summary)
     fields = ((LAB_TITLE, f"{lab.title} {number}"), (LAB_SUMMARY, summary))
     documents = [Document(lab.title, f"{number} · {track}", url, snippet(summary), fields)]
+    sections = section_texts(lab)
     for section, _, _ in SECTIONS:
-        text = "" if section in UNINDEXED_SECTIONS else section_text(lab, section)
+        text = "" if section in UNINDEXED_SECTIONS else sections.get(section, "")
         if not text:
             continue
         title = lab.section_title(section)

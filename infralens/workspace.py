@@ -76,6 +76,8 @@ class Workspace:
     """Values kept in memory by kind and key, for a long-lived process such as `serve`."""
     memory_limit: int = 0
     """How many values `memory` may hold; 0 keeps nothing in memory."""
+    code_real: str | None = field(default=None, repr=False)
+    """code/ with symlinks resolved, once: every starter is checked to stay inside it."""
     made: set[Path] = field(default_factory=set, repr=False)
     """Cache folders known to exist: creating a folder is a system call worth saving a thousand times."""
 
@@ -133,8 +135,9 @@ class Workspace:
             problems.add(Mark(self.shown(labs_dir)), "no lab manifests (labs/*.yml) found")
         manifests: list[Manifest] = []
         stems: dict[str, str] = {}
+        labs_shown = self.shown(labs_dir)
         for path in found:
-            shown = self.shown(path)
+            shown = f"{labs_shown}/{path.name}"
             if path.stem in stems:
                 problems.add(Mark(shown), f"lab id {path.stem!r} is already used by {stems[path.stem]}")
                 continue
@@ -157,7 +160,7 @@ class Workspace:
         if pure.parts[0] != "code" or len(pure.parts) < 2:
             return f"starter path {starter_path!r} must be under code/"
         # os.path on strings: a build checks every starter, and pathlib's resolve() is slow.
-        code = os.path.realpath(os.path.join(self.root, "code"))
+        code = self.code_folder()
         real = os.path.realpath(os.path.join(self.root, starter_path))
         if not real.startswith(code + os.sep):
             return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
@@ -166,6 +169,12 @@ class Workspace:
         if not os.path.isfile(real):
             return f"starter {starter_path!r} is not a file"
         return Path(real)
+
+    def code_folder(self) -> str:
+        """Return the real path of code/, resolved once per workspace."""
+        if self.code_real is None:
+            self.code_real = os.path.realpath(os.path.join(self.root, "code"))
+        return self.code_real
 
     def read_starter(self, starter_path: str, mark: Mark, problems: Problems) -> str | None:
         """Read one starter declared at `mark`, recording why not if it can't be."""
