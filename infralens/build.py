@@ -560,9 +560,18 @@ class Session:
         return state
 
     def save_state(self, ws: Workspace, state: BuildState) -> None:
-        ws.store("state", ws.output_state_key(), state)
+        """Keep the state for the next build: in memory for a long-lived session (written to disk by
+        `flush` when it ends), on disk otherwise. A state on disk older than output/ is safe: a lab
+        whose files changed since is simply rendered again."""
         if self.keep_state:
             self._state = state
+        else:
+            ws.store("state", ws.output_state_key(), state)
+
+    def flush(self, ws: Workspace) -> None:
+        """Write a long-lived session's state to disk, so the next `infralens build` starts from it."""
+        if self._state is not None:
+            ws.store("state", ws.output_state_key(), self._state)
 
     def theme(self, ws: Workspace) -> Theme:
         from infralens.workspace import packaged_theme

@@ -11,18 +11,15 @@ import builtins
 import hashlib
 import io
 import keyword
+import sys
 import tokenize
 from functools import lru_cache
-from pathlib import PurePosixPath
 from html import escape
-
-import pygments
-from pygments.lexer import Lexer
-from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
-from pygments.token import Token
-from pygments.util import ClassNotFound
+from pathlib import PurePosixPath
 
 from infralens.models import SourceFile, SourceLine
+
+# Pygments is imported where it is used: a build that only highlights Python never loads it.
 
 
 # Starters are nearly always one of these. Looking a lexer up by alias is instant, while
@@ -33,42 +30,47 @@ _ALIASES = {
 }
 
 
-KINDS: tuple[tuple[object, str], ...] = (
-    (Token.Keyword, "k"),
-    (Token.Operator.Word, "k"),  # and, or, not, in, is read as keywords
-    (Token.Name.Builtin, "b"),
-    (Token.Name.Function, "f"),
-    (Token.Name.Class, "f"),
-    (Token.Name.Namespace, "f"),
-    (Token.Name.Decorator, "f"),
-    (Token.Name.Exception, "f"),
-    (Token.Literal.String, "s"),
-    (Token.Literal.Number, "m"),
-    (Token.Comment, "c"),
-    (Token.Generic.Heading, "h"),
-    (Token.Generic.Subheading, "h"),
-    (Token.Generic.Emph, "e"),
-    (Token.Generic.Strong, "g"),
+KINDS: tuple[tuple[str, str], ...] = (
+    ("Keyword", "k"),
+    ("Operator.Word", "k"),  # and, or, not, in, is read as keywords
+    ("Name.Builtin", "b"),
+    ("Name.Function", "f"),
+    ("Name.Class", "f"),
+    ("Name.Namespace", "f"),
+    ("Name.Decorator", "f"),
+    ("Name.Exception", "f"),
+    ("Literal.String", "s"),
+    ("Literal.Number", "m"),
+    ("Comment", "c"),
+    ("Generic.Heading", "h"),
+    ("Generic.Subheading", "h"),
+    ("Generic.Emph", "e"),
+    ("Generic.Strong", "g"),
 )
 """The kinds of token the theme colours, each a one-letter class, most specific Pygments type
 first. Every other token (plain names, operators, punctuation: most of a Python file) is plain
 text with no span; the spans of Pygments' own fine-grained classes were a third of a lab page."""
 
-FORMAT = "5"
+FORMAT = "6"
 """Version of the HTML highlight_lines writes; part of highlight_key, so a change re-highlights."""
 
 
 @lru_cache(maxsize=None)
 def token_kind(token_type) -> str:
     """Return the theme's class for a Pygments token type, or "" for plain text."""
+    from pygments.token import string_to_tokentype
+
     for kind_type, kind in KINDS:
-        if token_type in kind_type:
+        if token_type in string_to_tokentype(kind_type):
             return kind
     return ""
 
 
-def lexer_for(path: str) -> Lexer:
-    """Pick a lexer by file name; unknown kinds are shown as plain text."""
+def lexer_for(path: str):
+    """Pick a Pygments lexer by file name; unknown kinds are shown as plain text."""
+    from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
+    from pygments.util import ClassNotFound
+
     options = {"stripnl": False, "stripall": False, "ensurenl": False, "tabsize": 0}
     alias = _ALIASES.get(PurePosixPath(path).suffix.lower())
     try:
@@ -285,8 +287,16 @@ def highlight_lines(path: str, text: str) -> tuple[tuple[str, ...], str]:
 
 
 def highlight_key(path: str, text: str) -> str:
-    """Name what highlighting depends on: Pygments' version, the lexer's choice and the content."""
-    digest = hashlib.sha256(f"{FORMAT}\0{pygments.__version__}\0{PurePosixPath(path).suffix.lower()}\0".encode())
+    """Name what highlighting depends on: the highlighter's version (Python's for .py files,
+    Pygments' for the rest), the file's kind and the content."""
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix == ".py":
+        highlighter = "tokenize " + ".".join(map(str, sys.version_info[:2]))
+    else:
+        from importlib.metadata import version
+
+        highlighter = "pygments " + version("pygments")
+    digest = hashlib.sha256(f"{FORMAT}\0{highlighter}\0{suffix}\0".encode())
     digest.update(text.encode())
     return digest.hexdigest()[:32]
 

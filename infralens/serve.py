@@ -174,6 +174,7 @@ def serve(site_path: Path, out_dir: Path, port: int, log, ready=None, stop: thre
             rebuild(ws, session, state, log)
     finally:
         stop.set()
+        session.flush(ws)
         server.shutdown()
         server.server_close()
         for watcher in watchers:

@@ -15,6 +15,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -102,8 +103,8 @@ class Workspace:
         try:
             if not self.memory_limit:
                 return path.read_text(encoding="utf-8")
-            stat = os.stat(path)
-            stamp = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            info = os.stat(path)
+            stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
             kept = self.memory.get(("file", str(path)))
             if kept is not None and kept[0] == stamp:
                 return kept[1]
@@ -159,9 +160,19 @@ class Workspace:
             return f"starter path {starter_path!r} must not contain '..'; starters live under code/"
         if pure.parts[0] != "code" or len(pure.parts) < 2:
             return f"starter path {starter_path!r} must be under code/"
-        # os.path on strings: a build checks every starter, and pathlib's resolve() is slow.
+        # Every starter is checked on every build: walk the parts below code/ with lstat, and resolve
+        # the whole path (slower) only when one of them is a symlink.
         code = self.code_folder()
-        real = os.path.realpath(os.path.join(self.root, starter_path))
+        real = code
+        for part in pure.parts[1:]:
+            real = os.path.join(real, part)
+            try:
+                linked = stat.S_ISLNK(os.lstat(real).st_mode)
+            except OSError:
+                return f"starter not found: {starter_path}"
+            if linked:
+                real = os.path.realpath(os.path.join(self.root, starter_path))
+                break
         if not real.startswith(code + os.sep):
             return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
         if not os.path.exists(real):
@@ -262,10 +273,10 @@ class Workspace:
         kept = {}
         for path, stamp in files.items():
             try:
-                stat = os.stat(self.out / path)
+                info = os.stat(self.out / path)
             except OSError:
                 continue
-            if stat.st_size == stamp.size and stat.st_mtime_ns == stamp.mtime_ns:
+            if info.st_size == stamp.size and info.st_mtime_ns == stamp.mtime_ns:
                 kept[path] = stamp
         return kept
 
@@ -293,8 +304,8 @@ class Workspace:
             os.chmod(staging.folder, 0o755)  # mkdtemp makes it private; a site is meant to be served
             os.rename(staging.folder, out)
             for path in staging.written:
-                stat = os.stat(out / path)
-                stamps[path] = Stamp(stat.st_size, stat.st_mtime_ns)
+                info = os.stat(out / path)
+                stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
             return stamps
         made: set[Path] = set()
         try:
@@ -304,8 +315,8 @@ class Workspace:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     made.add(target.parent)
                 os.replace(staging.folder / path, target)
-                stat = target.stat()
-                stamps[path] = Stamp(stat.st_size, stat.st_mtime_ns)
+                info = target.stat()
+                stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
             for path in remove:
                 try:
                     (out / path).unlink()
