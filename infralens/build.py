@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from infralens import __version__
 from infralens.errors import InputError, Mark, Problem, Problems
@@ -30,6 +30,7 @@ SEARCH_INDEX = "search-index.js"
 """Where the search index goes under output/; templates/_search.html points the search box at it."""
 
 STATE_FORMAT = "build-state-1"
+"""Version of BuildState's layout, part of the key it is stored under: a new layout starts afresh."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,6 @@ class UnitRecord:
 
     key: str
     files: dict[str, Stamp]
-    search: str
-    """Key of the lab's search documents in the cache."""
 
 
 @dataclass
@@ -170,7 +169,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     for lab_id, unit in units.items():
         if lab_id in outcomes:
             files = {path: stamps[path] for path in outcomes[lab_id]}
-            state.units[lab_id] = UnitRecord(unit.key, files, unit.search_key)
+            state.units[lab_id] = UnitRecord(unit.key, files)
     for lab_id in list(state.units):
         if lab_id not in units:
             del state.units[lab_id]
@@ -553,7 +552,7 @@ class Session:
     def state_for(self, ws: Workspace) -> BuildState:
         if self._state is not None:
             return self._state
-        state = ws.recall("state", ws.output_state_key())
+        state = ws.recall("state", self.state_key(ws))
         if not isinstance(state, BuildState) or not ws.out.is_dir():
             state = BuildState()
         self.run_keys = dict(state.run_keys)
@@ -566,12 +565,15 @@ class Session:
         if self.keep_state:
             self._state = state
         else:
-            ws.store("state", ws.output_state_key(), state)
+            ws.store("state", self.state_key(ws), state)
+
+    def state_key(self, ws: Workspace) -> str:
+        return digest(STATE_FORMAT, __version__, ws.output_state_key())
 
     def flush(self, ws: Workspace) -> None:
         """Write a long-lived session's state to disk, so the next `infralens build` starts from it."""
         if self._state is not None:
-            ws.store("state", ws.output_state_key(), self._state)
+            ws.store("state", self.state_key(ws), self._state)
 
     def theme(self, ws: Workspace) -> Theme:
         from infralens.workspace import packaged_theme
@@ -655,9 +657,11 @@ def resolve(project: Project) -> tuple[ResolvedLab, ...]:
     return tuple(resolved)
 
 
-def render_in_memory(site_path: Path, cache_dir: Path | None = None) -> list:
-    """Render every page of the site in memory (for `infralens links`); nothing is written to output/."""
-    from infralens.links import Link, check_links  # noqa: F401 - re-exported for callers
+def render_in_memory(site_path: Path, cache_dir: Path | None = None) -> tuple[list, set[str]]:
+    """Render every page of the site in memory (for `infralens links`); nothing is written to output/.
+
+    Returns the pages and the path of every file the site would have.
+    """
     from infralens.render import Page
 
     ws = Workspace.open(site_path, cache_dir=cache_dir)
@@ -695,6 +699,3 @@ class MemoryStaging:
         self.copied.add(path)
         self.written.append(path)
 
-
-def starters_of(labs: Iterable[Lab]):
-    return [starter for lab in labs for starter in lab.starters]
