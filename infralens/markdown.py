@@ -1,7 +1,7 @@
 """Markdown: the one parser of prose and of Markdown starters (markdown-it-py).
 
 CommonMark with tables and `$…$` / `$$…$$` math, raw HTML shown as text. Pages render prose with
-it (render.py), the claims and schema find formulas with it (mathml.py), and a Markdown starter's
+it (render.py), the schema finds every formula with it (`formulas`) to check it converts, and a Markdown starter's
 headings, fenced blocks and code spans come from it: the excerpt a `heading:` selects, the python
 blocks `check` runs and the names search indexes all follow the same rules as the page.
 """
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from markdown_it import MarkdownIt
+
+from infralens.mathml import MATH_TOKENS
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +69,39 @@ def outline(text: str) -> Outline:
         elif token.type == "inline":
             spans += [child.content for child in token.children or () if child.type == "code_inline"]
     return Outline(tuple(headings), tuple(fences), tuple(spans))
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A formula as the prose writes it."""
+
+    latex: str
+    """The TeX between the dollars, without surrounding whitespace."""
+    display: bool
+    """True for `$$…$$`, set on a line of its own; False for `$…$`, set within the line."""
+
+    @property
+    def markup(self) -> str:
+        return "$$" if self.display else "$"
+
+    def __str__(self) -> str:
+        # One line, as an error message quotes it, even when a `$$` block spans several.
+        return f"{self.markup}{' '.join(self.latex.split())}{self.markup}"
+
+
+def formulas(text: str) -> tuple[Formula, ...]:
+    """Return the formulas of Markdown text, each once, as block or inline rendering would find them."""
+    if "$" not in text:
+        return ()
+    md = parser()
+    found: dict[Formula, None] = {}
+    # A field may be rendered either way (`md` or `mdi`), and they differ: an indented line is a
+    # code block only to block rendering. Checking both covers whichever the templates choose.
+    for token in [*md.parse(text), *md.parseInline(text)]:
+        for child in [token, *(token.children or ())]:
+            if child.type in MATH_TOKENS:
+                found.setdefault(Formula(child.content.strip(), MATH_TOKENS[child.type]), None)
+    return tuple(found)
 
 
 PYTHON = ("python", "py", "python3")

@@ -1,7 +1,7 @@
-"""Math in prose: the `$…$` and `$$…$$` formulas of Markdown text, each converted to MathML.
+"""Math in prose: one `$…$` or `$$…$$` formula → MathML, and the markdown-it rules that find them.
 
-Pure: Markdown text → its formulas, found by the same tokenizer rules the renderer uses; one
-formula → a MathML `<math>` element as text, or `MalformedMath` saying why not. The manifest schema
+Pure: one formula → a MathML `<math>` element as text, or `MalformedMath` saying why not
+(markdown.formulas finds a text's formulas with the same parser the pages use). The manifest schema
 converts every formula once so a bad one is reported at its line; the render stage converts them
 again into the page, so no formula that reaches a page can fail there.
 """
@@ -9,7 +9,6 @@ again into the page, so no formula that reaches a page can fail there.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from xml.etree.ElementTree import Element, tostring
 
@@ -22,24 +21,6 @@ from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 class MalformedMath(ValueError):
     """A formula that cannot be set as MathML; the message says why."""
-
-
-@dataclass(frozen=True)
-class Formula:
-    """A formula as the prose writes it."""
-
-    latex: str
-    """The TeX between the dollars, without surrounding whitespace."""
-    display: bool
-    """True for `$$…$$`, set on a line of its own; False for `$…$`, set within the line."""
-
-    @property
-    def markup(self) -> str:
-        return "$$" if self.display else "$"
-
-    def __str__(self) -> str:
-        # One line, as an error message quotes it, even when a `$$` block spans several.
-        return f"{self.markup}{' '.join(self.latex.split())}{self.markup}"
 
 
 MATH_TOKENS = {"math_inline": False, "math_inline_double": True, "math_block": True}
@@ -95,23 +76,6 @@ def _math_rule(display: bool):
         return mathml + "\n" if tokens[idx].type == "math_block" else mathml
 
     return render
-
-
-def formulas(text: str) -> tuple[Formula, ...]:
-    """Return the formulas of Markdown text, each once, as block or inline rendering would find them."""
-    if "$" not in text:
-        return ()
-    from infralens.markdown import parser
-
-    md = parser()
-    found: dict[Formula, None] = {}
-    # A field may be rendered either way (`md` or `mdi`), and they differ: an indented line is a
-    # code block only to block rendering. Checking both covers whichever the templates choose.
-    for token in [*md.parse(text), *md.parseInline(text)]:
-        for child in [token, *(token.children or ())]:
-            if child.type in MATH_TOKENS:
-                found.setdefault(Formula(child.content.strip(), MATH_TOKENS[child.type]), None)
-    return tuple(found)
 
 
 @lru_cache(maxsize=4096)  # validation converts every formula, then rendering asks for it again

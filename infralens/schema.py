@@ -445,7 +445,8 @@ class Prose(Text):
     """Markdown text the page shows, whose every `$…$` and `$$…$$` formula converts to MathML."""
 
     def check(self, node, ctx: Context):
-        from infralens.mathml import MalformedMath, formulas, to_mathml
+        from infralens.markdown import formulas
+        from infralens.mathml import MalformedMath, to_mathml
 
         value = super().check(node, ctx)
         if value is INVALID:

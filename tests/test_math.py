@@ -13,7 +13,8 @@ from infralens.claims import figure_line, stated_figures
 from infralens.errors import InputError
 from infralens.build import load_project
 from infralens.parse import parse_lab
-from infralens.mathml import Formula, MalformedMath, formulas, to_mathml
+from infralens.markdown import Formula, formulas
+from infralens.mathml import MalformedMath, to_mathml
 from infralens.render import Renderer
 
 MANIFEST = """\
