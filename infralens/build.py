@@ -134,11 +134,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     session = session or Session()
     state = session.state_for(ws)
     site_state = state.site
-    site, manifests, cards, parsed = read_and_parse(ws, state, session)
-    starters = read_starters(ws, cards)
-    runs = recorded_runs(ws, cards, session)
-    theme = session.theme(ws)
-    units = plan(site, manifests, cards, starters, runs, theme.key)
+    site, manifests, cards, parsed, theme, units = prepare(ws, state, session)
     kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
     present = ws.present({path: stamp for record in kept.values() for path, stamp in record.files.items()})
     kept = {lab_id: record for lab_id, record in kept.items() if all(path in present for path in record.files)}
@@ -183,6 +179,15 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
         session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
     return BuildSummary(len(units), len(outcomes), html, len(written) - html, len(removed), time.perf_counter() - started, ws.out)
+
+
+def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab], "Theme", dict[str, "Unit"]]:
+    """Read and check the project and key every lab's share of the build: all a build does before rendering."""
+    site, manifests, cards, parsed = read_and_parse(ws, state, session)
+    starters = read_starters(ws, cards)
+    runs = recorded_runs(ws, cards, session)
+    theme = session.theme(ws)
+    return site, manifests, cards, parsed, theme, plan(site, manifests, cards, starters, runs, theme.key)
 
 
 def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:
@@ -667,11 +672,7 @@ def render_in_memory(site_path: Path, cache_dir: Path | None = None) -> tuple[li
     ws = Workspace.open(site_path, cache_dir=cache_dir)
     with_memory = MemoryStaging()
     session = Session(jobs=1)
-    site, manifests, cards, parsed = read_and_parse(ws, BuildState(), session)
-    starters = read_starters(ws, cards)
-    runs = recorded_runs(ws, cards, session)
-    theme = session.theme(ws)
-    units = plan(site, manifests, cards, starters, runs, theme.key)
+    site, _, _, parsed, theme, units = prepare(ws, BuildState(), session)
     problems = []
     for outcome in render_units(ws, site, theme, list(units.values()), parsed, session):
         problems += outcome.problems
