@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from infralens.errors import InputError, Mark, Problem
 from infralens.markdown import parser
-from infralens.urls import artifact_url, lab_url, source_url
+from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import SECTIONS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 
 
@@ -111,6 +111,7 @@ class Renderer:
         self.env.filters["md"] = self.block_markdown
         self.env.filters["mdi"] = self.inline_markdown
         self.env.globals["lab_url"] = lab_url
+        self.env.filters["href"] = href
         self.env.globals["source_url"] = source_url
         self.env.globals["artifact_url"] = artifact_url
         self.env.tests["identifier_like"] = identifier_like

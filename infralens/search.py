@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 
 from infralens.models import SECTIONS, Lab, ResolvedLab, Site, SourceFile
 from infralens.schema import Choice, Regex, Spec, Text, texts
-from infralens.urls import lab_url, source_url
+from infralens.urls import href, lab_url, source_url
 
 FORMAT = 2
 """Version of the index layout, checked by search.js."""
@@ -208,7 +208,7 @@ def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> 
             (IDENTIFIER, " ".join(names)),
         )
         crumb = f"{number} · {lab.title} · Annotated source"
-        documents.append(Document(starter.path, crumb, source_url(starter.path), snippet(role), fields))
+        documents.append(Document(starter.path, crumb, href(source_url(starter.path)), snippet(role), fields))
     return tuple(documents)
 
 

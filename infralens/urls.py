@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
+
+def href(path: str) -> str:
+    """Return a site path as a URL path: every character but letters, digits, '/', '.', '-', '_' and
+    '~' percent-encoded, so a file name can never be read as a scheme, a query or a fragment."""
+    return quote(path, safe="/")
+
 
 def lab_url(lab_id: str) -> str:
     """Path of a lab page under output/."""

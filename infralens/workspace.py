@@ -39,6 +39,10 @@ def digest(*parts: str | bytes) -> str:
     return hasher.hexdigest()
 
 
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
+"""The characters a starter path may use: the site serves it at that path and links to it by name."""
+
+
 def packaged_theme() -> Path:
     """Return the folder of the theme shipped inside the package (templates/ of the repository)."""
     from importlib.resources import files
@@ -160,6 +164,12 @@ class Workspace:
             return f"starter path {starter_path!r} must not contain '..'; starters live under code/"
         if pure.parts[0] != "code" or len(pure.parts) < 2:
             return f"starter path {starter_path!r} must be under code/"
+        unsafe = SAFE_PATH.sub("", starter_path)
+        if unsafe:
+            return (
+                f"starter path {starter_path!r} has {unsafe[0]!r}, which a link to the file cannot carry safely; "
+                "name starters with letters, digits, '.', '-' and '_'"
+            )
         # Every starter is checked on every build: walk the parts below code/ with lstat, and resolve
         # the whole path (slower) only when one of them is a symlink.
         code = self.code_folder()

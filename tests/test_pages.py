@@ -158,3 +158,11 @@ def test_index_maps_each_topic_to_its_lab_in_track_order(real_site: Path) -> Non
         assert visible_text(topic) == lab.topic and int(number) == lab.number
         assert visible_text(concrete) == visible_text(lab.concrete)  # Markdown, no code spans today
         assert lab.topic != lab.title and lab.concrete != lab.summary  # every real lab says its own
+
+
+@pytest.mark.unit
+def test_links_built_from_paths_are_percent_encoded_and_never_a_scheme() -> None:
+    from infralens.urls import href
+
+    assert href("code/lab-01/a b#c?d%e.py") == "code/lab-01/a%20b%23c%3Fd%25e.py"
+    assert href("javascript:alert(1).py") == "javascript%3Aalert%281%29.py"
