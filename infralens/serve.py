@@ -81,7 +81,16 @@ def overlay(ws: Workspace, errors: list[str]) -> tuple[str, str, str]:
 
 
 class Handler(SimpleHTTPRequestHandler):
-    """Serves output/, the state endpoint, and HTML with the reload script and any error banner."""
+    """Serves output/, the state endpoint, and HTML with the reload script and any error banner.
+
+    A development server on loopback, made safe for what a browser can be tricked into sending it:
+    a Host header other than the loopback one is refused (DNS rebinding), a path that cannot name a
+    file (a NUL byte) gets 400 instead of a dropped connection, a folder without its trailing slash
+    is redirected so the page's relative links work, HEAD answers as GET would, and a client that
+    stalls is dropped after `timeout` seconds instead of holding a thread for good.
+    """
+
+    timeout = 30
 
     def __init__(self, *args, state: BuildState, directory: str, **kwargs) -> None:
         self.state = state
@@ -91,32 +100,52 @@ class Handler(SimpleHTTPRequestHandler):
         pass  # the terminal shows rebuilds, not every request
 
     def do_GET(self) -> None:
+        self.answer(head=False)
+
+    def do_HEAD(self) -> None:
+        self.answer(head=True)
+
+    def answer(self, head: bool) -> None:
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            return self.send_error(421, "infralens serve answers only requests for 127.0.0.1 or localhost")
         if self.path.split("?")[0] == STATE_PATH:
-            return self.send_body(json.dumps(self.state.snapshot()).encode(), "application/json")
+            return self.send_body(json.dumps(self.state.snapshot()).encode(), "application/json", head)
         with self.state.lock:
             banner, script, failed = self.state.overlay
             errors = bool(self.state.errors)
-        path = Path(self.translate_path(self.path))
-        if path.is_dir():
+        translated = self.translate_path(self.path)
+        if "\x00" in translated:  # no file has that name, and open() would raise
+            return self.send_error(400, "bad path")
+        path = Path(translated)
+        is_dir, is_file, exists = path.is_dir(), path.is_file(), path.exists()
+        if is_dir and not self.path.split("?")[0].endswith("/"):
+            self.send_response(301)
+            self.send_header("Location", self.path.split("?")[0] + "/")
+            self.send_header("Content-Length", "0")
+            return self.end_headers()
+        if is_dir:
             path = path / "index.html"
-        if path.suffix == ".html" and path.is_file():
+            is_file = path.is_file()
+        if path.suffix == ".html" and is_file:
             html = path.read_text(encoding="utf-8")
             body_open = html.find(">", html.find("<body")) + 1
             html = html[:body_open] + (banner if errors else "") + html[body_open:]
             html = html.replace("</body>", script + "</body>", 1)
-            return self.send_body(html.encode(), "text/html; charset=utf-8")
-        if errors and not path.exists():
+            return self.send_body(html.encode(), "text/html; charset=utf-8", head)
+        if errors and not exists:
             # No good build to fall back on yet: the errors are the page.
-            return self.send_body(failed.encode(), "text/html; charset=utf-8")
-        return super().do_GET()
+            return self.send_body(failed.encode(), "text/html; charset=utf-8", head)
+        return super().do_HEAD() if head else super().do_GET()
 
-    def send_body(self, body: bytes, content_type: str) -> None:
+    def send_body(self, body: bytes, content_type: str, head: bool = False) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(body)
+        if not head:
+            self.wfile.write(body)
 
 
 class Server(ThreadingHTTPServer):

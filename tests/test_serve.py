@@ -130,3 +130,35 @@ def test_an_edit_made_while_the_first_build_runs_is_not_missed(sample_site: Path
         thread.join(timeout=10)
     assert len(lines) >= 2 and lines[1].startswith("rebuilt 2 of 2 labs"), lines
     assert "<h1>Saved during the build</h1>" in (sample_site / "output/labs/lab-01-sample/index.html").read_text()
+
+
+@pytest.mark.cli
+def test_serve_refuses_foreign_hosts_and_bad_paths_redirects_folders_and_heads_like_get(server) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    process, base = server
+    wait_for(base, "<h1>")
+    port = urlsplit(base).port
+
+    def ask(method: str, path: str, host: str = f"127.0.0.1:{port}"):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.putrequest(method, path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        return response, body
+
+    assert ask("GET", "/", host="attacker.example")[0].status == 421  # DNS rebinding
+    assert ask("GET", "/__infralens/state", host=f"evil.example:{port}")[0].status == 421
+    assert ask("GET", "/%00")[0].status == 400
+    moved, _ = ask("GET", "/labs/lab-01-sample")
+    assert (moved.status, moved.getheader("Location")) == (301, "/labs/lab-01-sample/")
+    got, body = ask("GET", "/labs/lab-01-sample/index.html")
+    head, empty = ask("HEAD", "/labs/lab-01-sample/index.html")
+    assert got.status == head.status == 200 and empty == b""
+    assert head.getheader("Content-Length") == got.getheader("Content-Length") == str(len(body))
+    assert ask("GET", "/", host=f"localhost:{port}")[0].status == 200
+    assert process.poll() is None  # still serving
