@@ -7,7 +7,9 @@ states is one the starter prints.
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,8 @@ def new_lab(site_path: Path, lab_id: str, track: str, title: str) -> Scaffold:
     problems = []
     if track not in tracks:
         problems.append(Problem(Mark(project.site.path), f"unknown track {track!r}{did_you_mean(track, tracks)}; tracks: {', '.join(tracks)}"))
+    if not title.strip() or any(unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") for char in title):
+        problems.append(Problem(Mark("--title"), f"title {title!r} must be one line of visible text, without control characters"))
     number = int(match.group("number"))
     taken = next((lab for lab in project.labs if lab.number == number), None)
     if taken:
@@ -57,10 +61,12 @@ def new_lab(site_path: Path, lab_id: str, track: str, title: str) -> Scaffold:
     if problems:
         raise InputError(problems)
     starter.parent.mkdir(parents=True)
-    starter.write_text(skeleton("starter.py.tmpl").format(title=title), encoding="utf-8")
-    quoted_title = '"' + title.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # The title goes into a Python docstring and a YAML string: escaped for each, so any title
+    # that passed the check above writes files that build and run.
+    in_docstring = title.replace("\\", "\\\\").replace('"', '\\"')
+    starter.write_text(skeleton("starter.py.tmpl").format(title=in_docstring), encoding="utf-8")
     manifest.write_text(
-        skeleton("lab.yml.tmpl").format(number=number, title=quoted_title, track=track, lab_id=lab_id, module=module),
+        skeleton("lab.yml.tmpl").format(number=number, title=json.dumps(title, ensure_ascii=False), track=track, lab_id=lab_id, module=module),
         encoding="utf-8",
     )
     return Scaffold(manifest, starter)

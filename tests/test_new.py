@@ -81,3 +81,20 @@ def test_a_new_contributor_end_to_end(sample_site: Path) -> None:
     assert check.returncode == 0, check.stderr
     assert run_infralens("build", "--strict", cwd=sample_site).returncode == 0
     assert "<span class=\"run-ok\">Passed</span>" in (sample_site / "output/labs/lab-20-draft/index.html").read_text()
+
+
+@pytest.mark.parametrize("title", ['Say """three""" quotes', "Back\\slash \\ and \\n escapes", "Ünïcode — é: {braces} # not a comment"])
+def test_any_title_new_accepts_builds_and_checks(sample_site: Path, title: str) -> None:
+    result = run_infralens("new", "lab-16-odd-title", "--track", "basics", "--title", title, cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    build = run_infralens("build", cwd=sample_site)
+    assert build.returncode == 0, build.stderr
+    check = run_infralens("check", "lab-16-odd-title", cwd=sample_site)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_title_with_a_control_character_is_refused(sample_site: Path) -> None:
+    result = run_infralens("new", "lab-16-odd-title", "--track", "basics", "--title", "Bell\x07lab", cwd=sample_site)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == "--title:1:1: error: title 'Bell\\x07lab' must be one line of visible text, without control characters"
+    assert not (sample_site / "labs/lab-16-odd-title.yml").exists()
