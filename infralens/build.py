@@ -131,7 +131,15 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     """
     started = time.perf_counter()
     ws.check_out_dir()
-    session = session or Session()
+    with ws.lock():
+        try:
+            return _build(ws, strict=strict, full=full, session=session or Session(), started=started)
+        except OSError as exc:  # output/ or its parent cannot be written: a problem of the input, said as one
+            where = exc.filename or str(ws.out)
+            raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
+
+
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> BuildSummary:
     state = session.state_for(ws)
     site_state = state.site
     site, manifests, cards, parsed, theme, units = prepare(ws, state, session)

@@ -108,13 +108,26 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         status=status,
         seconds=seconds,
         returncode=None if timed_out else process.returncode,
-        stdout=text,
-        stderr=stderr.decode("utf-8", errors="replace"),
+        stdout=kept_output(text),
+        stderr=kept_output(stderr.decode("utf-8", errors="replace")),
         reason=reason,
         mark=starter.mark,
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
     )
+
+
+KEPT_OUTPUT = 1 << 20
+"""Characters of a run's stdout (and stderr) kept with its result: the checks read all of it first."""
+
+
+def kept_output(text: str) -> str:
+    """Return output as stored with a run: whole up to KEPT_OUTPUT, else its head and tail with a note
+    of what was left out, so 200 MB printed once does not weigh on every later build."""
+    if len(text) <= KEPT_OUTPUT:
+        return text
+    head, tail = text[: KEPT_OUTPUT // 4], text[-(KEPT_OUTPUT * 3 // 4) :]
+    return f"{head}\n[… {len(text) - len(head) - len(tail):,} characters of output left out …]\n{tail}"
 
 
 def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool) -> RunResult:

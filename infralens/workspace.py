@@ -10,6 +10,8 @@ writes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pickle
@@ -38,6 +40,9 @@ def digest(*parts: str | bytes) -> str:
         hasher.update(b"\0")
     return hasher.hexdigest()
 
+
+MAX_STARTER_BYTES = 1 << 20
+"""Largest starter a lab may show: every page, source view and search chunk carries its text."""
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
 """The characters a starter path may use: the site serves it at that path and links to it by name."""
@@ -203,6 +208,10 @@ class Workspace:
         if isinstance(real, str):
             problems.add(mark, real)
             return None
+        size = real.stat().st_size
+        if size > MAX_STARTER_BYTES:
+            problems.add(mark, f"starter {starter_path!r} is {size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
+            return None
         return self.read_text(real, starter_path, problems, mark)
 
     def theme_dirs(self, packaged: Path) -> tuple[Path, ...]:
@@ -271,6 +280,31 @@ class Workspace:
 
     def output_state_key(self) -> str:
         return digest("output", str(self.out.resolve()))
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the output folder's lock: builds of one output/ run one at a time, never interleaved.
+
+        Under the lock, any staging folder beside output/ was left by a build that was killed, so it
+        is removed.
+        """
+        parent = self.out.absolute().parent
+        blocking = next((folder for folder in (parent, *parent.parents) if folder.exists() and not folder.is_dir()), None)
+        if blocking is not None:
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder: {blocking} is a file, not a folder")])
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            handle = open(parent / f".{self.out.name}.lock", "a+b")
+        except OSError as exc:
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write beside the output folder: {exc.strerror}")]) from None
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                for leftover in parent.glob(f".{self.out.name}.new-*"):
+                    shutil.rmtree(leftover, ignore_errors=True)
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def staging(self) -> "Staging":
         """Return a fresh staging folder beside output/ for a build's new and changed files."""

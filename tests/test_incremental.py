@@ -111,3 +111,29 @@ def test_the_cache_folder_comes_from_the_option_then_the_environment_then_the_si
     monkeypatch.delenv("INFRALENS_CACHE_DIR")
     assert Workspace.open(sample_site / "site.yml").cache == sample_site / ".infralens"
     assert os.environ.get("INFRALENS_CACHE_DIR") is None
+
+
+def test_builds_of_one_output_take_turns_and_clean_what_a_killed_build_left(sample_site: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    leftover = tmp_path / ".out.new-killed"  # what a build killed before its commit leaves beside output/
+    (leftover / "labs").mkdir(parents=True)
+    command = [sys.executable, "-m", "infralens", "build", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    builds = [subprocess.Popen(command, cwd=sample_site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [build.communicate(timeout=120) + (build.returncode,) for build in builds]
+    assert all(code == 0 for _, _, code in results), results
+    assert sorted(int(stdout.split("(")[1].split()[0]) for stdout, _, _ in results) == [0, 0, 0, 2]  # one rendered, three found it done
+    assert not leftover.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.new")] == []
+
+
+def test_an_output_folder_that_cannot_be_written_is_an_error_not_a_traceback(sample_site: Path, tmp_path: Path) -> None:
+    from conftest import run_infralens
+
+    blocker = tmp_path / "a-file"  # a file where output/'s parent folder should be: even root cannot write there
+    blocker.write_text("not a folder")
+    result = run_infralens("build", "--out", str(blocker / "site"), "--cache-dir", str(tmp_path / "cache"), cwd=sample_site)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[0] == f"{blocker / 'site'}:1:1: error: cannot write the output folder: {blocker} is a file, not a folder"

@@ -1,0 +1,43 @@
+"""Limits on what one contributor's file can cost everyone: starter size, stored output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_infralens
+from infralens.runner import KEPT_OUTPUT, kept_output
+
+
+@pytest.mark.unit
+def test_long_output_keeps_its_head_and_tail_and_says_what_it_left_out() -> None:
+    text = "".join(f"line {n:07d}\n" for n in range(300_000))  # 3.9 M characters
+    kept = kept_output(text)
+    assert len(kept) < KEPT_OUTPUT + 100
+    assert kept.startswith("line 0000000\n") and kept.endswith("line 0299999\n")
+    assert "characters of output left out" in kept
+    assert kept_output("short\n") == "short\n"
+
+
+@pytest.mark.cli
+def test_a_starter_over_a_mebibyte_is_an_error_at_its_manifest_line(sample_site: Path) -> None:
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text() + "# padding\n" * 120_000)
+    result = run_infralens("build", cwd=sample_site)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0].startswith("labs/lab-01-sample.yml:10:11: error: starter 'code/lab-01-sample/kv.py' is 1,")
+    assert "a starter is code to read, at most 1,048,576" in result.stderr
+
+
+@pytest.mark.cli
+def test_a_run_that_prints_megabytes_is_stored_cut_down(sample_site: Path) -> None:
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text() + "\nprint(('y' * 99 + '\\n') * 40_000)\n")
+    result = run_infralens("check", "lab-01-sample", "--json", str(sample_site / "results.json"), cwd=sample_site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    stored = [p for p in (sample_site / ".infralens/runs").rglob("result.json")]
+    assert len(stored) == 1 and stored[0].stat().st_size < 2 * KEPT_OUTPUT
+    record = json.loads(stored[0].read_text())
+    assert "characters of output left out" in record["stdout"]
