@@ -283,7 +283,7 @@ class Workspace:
 
     @contextlib.contextmanager
     def lock(self):
-        """Hold the output folder's lock: builds of one output/ run one at a time, never interleaved.
+        """Hold the output folder's lock (kept in the cache): builds of one output/ run one at a time.
 
         Under the lock, any staging folder beside output/ was left by a build that was killed, so it
         is removed.
@@ -294,9 +294,12 @@ class Workspace:
             raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder: {blocking} is a file, not a folder")])
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            handle = open(parent / f".{self.out.name}.lock", "a+b")
+            locks = self.cache / "locks"
+            locks.mkdir(parents=True, exist_ok=True)
+            # In the cache, not beside output/: the folder that holds output/ keeps nothing of ours.
+            handle = open(locks / f"{self.output_state_key()}.lock", "a+b")
         except OSError as exc:
-            raise InputError([Problem(Mark(str(self.out)), f"cannot write beside the output folder: {exc.strerror}")]) from None
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder or the cache: {exc.strerror}")]) from None
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
