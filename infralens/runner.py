@@ -94,9 +94,14 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
     elif process.returncode != 0:
         status, reason = "failed", f"exited with status {process.returncode}"
     else:
-        missing = [pattern for pattern in starter.run.expect if not re.search(pattern, text, re.MULTILINE)]
+        missing, slow = [], []
+        for pattern in starter.run.expect:
+            found = expect_found(pattern, text)
+            (slow if found is None else missing if not found else []).append(pattern)
         unwritten = [name for name in starter.run.artifacts if name not in written]
-        if missing:
+        if slow:
+            status, reason = "failed", f"expect {slow[0]!r} did not finish matching in {EXPECT_SECONDS:g} s (a pattern that backtracks without end?)"
+        elif missing:
             status, reason = "failed", f"output does not match expect {missing[0]!r}"
         elif unwritten:
             status, reason = "failed", f"did not write artifact {unwritten[0]!r} into its working folder"
@@ -115,6 +120,24 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
     )
+
+
+EXPECT_SECONDS = 2.0
+"""How long one `expect` pattern may take to match a run's output."""
+
+
+def expect_found(pattern: str, output: str, seconds: float = EXPECT_SECONDS) -> bool | None:
+    """Say whether an expect pattern occurs in the output, or None when matching it ran out of time.
+
+    The regex module matches with a time limit, and avoids the exponential backtracking of `re`,
+    where `^(a+)+$` against 34 a's kept check busy forever. Patterns are checked with `re` syntax when the manifest is parsed.
+    """
+    import regex
+
+    try:
+        return regex.search(pattern, output, regex.MULTILINE, timeout=seconds) is not None
+    except TimeoutError:
+        return None
 
 
 KEPT_OUTPUT = 1 << 20

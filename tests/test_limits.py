@@ -41,3 +41,18 @@ def test_a_run_that_prints_megabytes_is_stored_cut_down(sample_site: Path) -> No
     assert len(stored) == 1 and stored[0].stat().st_size < 2 * KEPT_OUTPUT
     record = json.loads(stored[0].read_text())
     assert "characters of output left out" in record["stdout"]
+
+
+@pytest.mark.unit
+def test_expect_patterns_match_in_bounded_time() -> None:
+    import time
+
+    from infralens.runner import expect_found
+
+    assert expect_found(r"kv bytes per token: [0-9,]+", "kv bytes per token: 524,288\n") is True
+    assert expect_found(r"^missing$", "kv bytes per token\n") is False
+    started = time.monotonic()
+    assert expect_found(r"^(a+)+$", "a" * 34 + "b") is False  # re backtracks on this for hours
+    assert time.monotonic() - started < 1
+    # Past its time limit a match gives up and says so (None), whatever the pattern.
+    assert expect_found(r"(\w+\s+){3}\d", "word " * 2_000_000, seconds=0.01) is None
