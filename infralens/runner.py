@@ -26,6 +26,9 @@ from infralens.errors import Mark
 from infralens.models import Lab, RunResult, Starter
 from infralens.results import ResultStore, run_key
 
+SUPERVISE = Path(__file__).with_name("supervise.py")
+"""The program every starter runs under: it kills whatever the starter leaves behind (run by path)."""
+
 RUN_MARKDOWN = Path(__file__).with_name("run_markdown.py")
 """The program that runs a Markdown starter's python blocks (run by path, importing nothing of ours)."""
 
@@ -66,23 +69,25 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             command = [sys.executable, str(source), *starter.run.args]
         started = time.perf_counter()
         process = subprocess.Popen(
-            command,
+            [sys.executable, str(SUPERVISE), *command],
             cwd=scratch,
             env=clean_env(scratch),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group, so a timeout kills its children too
+            start_new_session=True,  # its own process group too, the last resort below
         )
         try:
             stdout, stderr = process.communicate(timeout=starter.run.timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            kill_group(process)
-            stdout, stderr = process.communicate()
+            stdout, stderr = stop(process)
             timed_out = True
+        except BaseException:  # Ctrl-C or SIGTERM on check: stop the starter's whole tree at once
+            stop(process)
+            raise
         finally:
-            kill_group(process)  # children left behind by a starter that exited still go
+            kill_group(process)
         seconds = time.perf_counter() - started
         written = tuple(name for name in starter.run.artifacts if Path(scratch, name).is_file())
         if keep is not None:
@@ -167,6 +172,20 @@ def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | N
     result = run_starter(lab, starter, root, keep=staging)
     store.save(key, result, staging)
     return result
+
+
+def stop(process: subprocess.Popen) -> tuple[bytes, bytes]:
+    """Stop a running starter and everything it started; return what it printed.
+
+    SIGTERM asks the supervisor to kill the whole tree (new sessions and double forks included);
+    if it does not finish in a few seconds, its process group is killed.
+    """
+    try:
+        process.send_signal(signal.SIGTERM)
+        return process.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        return process.communicate()
 
 
 def kill_group(process: subprocess.Popen) -> None:

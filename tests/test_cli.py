@@ -190,3 +190,40 @@ def test_a_template_edit_shows_in_the_next_build_despite_compiled_templates(samp
     base.write_text(base.read_text().replace("Every page works offline", "Edited footer"))
     assert run_infralens("build", cwd=sample_site).returncode == 0
     assert "Edited footer" in (sample_site / "output/index.html").read_text()
+
+
+ESCAPES = {
+    # A child in a new session holds the output pipe open and would outlive a process-group kill.
+    "new-session": "subprocess.Popen([sys.executable, CHILD], start_new_session=True)\n",
+    # A grandchild whose parent exits at once is an orphan in yet another session.
+    "double-fork": (
+        "subprocess.Popen([sys.executable, '-c', "
+        "'import subprocess, sys; subprocess.Popen([sys.executable, sys.argv[1]], start_new_session=True)', CHILD])\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+@pytest.mark.parametrize("ending", ["timeout", "exit"])
+def test_nothing_a_starter_starts_outlives_it(escape: str, ending: str, sample_site: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "child-still-alive"
+    child = tmp_path / "child.py"
+    child.write_text(f"import pathlib, time\ntime.sleep(3)\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(
+        "import subprocess, sys, time\n"
+        f"CHILD = {str(child)!r}\n"
+        + ESCAPES[escape]
+        + "print('kv bytes per token: 524,288', flush=True)\n"
+        + ("time.sleep(600)\n" if ending == "timeout" else "")
+        + "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
+    )
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("run: {args: [--layers, 32],", "run: {timeout: 1.5, args: [--layers, 32],"))
+    started = time.monotonic()
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert time.monotonic() - started < 20, "check waited for a process the starter left behind"
+    status = "timeout" if ending == "timeout" else "passed"
+    assert re.search(rf"code/lab-01-sample/kv\.py\s+{status}", result.stdout), result.stdout + result.stderr
+    time.sleep(3.5)
+    assert not marker.exists(), f"a process started by the starter ({escape}) outlived its run"

@@ -1,0 +1,91 @@
+"""Run one starter and make sure nothing it started outlives it: the program `check` starts.
+
+Usage: python supervise.py COMMAND [ARG ...]
+
+A process group is not enough to stop a starter: a child can start a new session, or fork twice,
+and live on after the group is killed (holding the output pipe open, or running for good). This
+supervisor makes itself a child subreaper (Linux prctl), so every process the starter starts, and
+every orphan of those, stays its descendant. When the starter exits, or when `check` sends SIGTERM
+at the timeout, it kills every descendant, reaps them, and exits with the starter's status.
+Run by path; imports nothing of InfraLens.
+"""
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def descendants(pid: int) -> list[int]:
+    """Return every living descendant of pid, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: the fields follow its last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def kill_all() -> None:
+    """Kill and reap every descendant, again until none is left (one may fork while others die)."""
+    me = os.getpid()
+    for _ in range(100):
+        alive = descendants(me)
+        if not alive:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap()
+
+
+def reap() -> None:
+    """Collect every child that has exited (orphans adopted by this subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main() -> None:
+    command = sys.argv[1:]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process group `check` kills is the only bound
+
+    def stop(signum, frame) -> None:
+        kill_all()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    starter = subprocess.Popen(command)
+    status = starter.wait()
+    kill_all()
+    sys.exit(status if status >= 0 else 128 - status)
+
+
+if __name__ == "__main__":
+    main()
