@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -97,7 +98,15 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
 
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
-    results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show)
+    def interrupted(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)  # SIGTERM stops the starters as Ctrl-C does
+    try:
+        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show)
+    except KeyboardInterrupt:
+        click.echo("stopped: every running starter was killed", err=True)
+        sys.exit(130)
     if json_path:
         json_path.write_text(results_json(results), encoding="utf-8")
     if junit_path:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -52,7 +53,35 @@ def clean_env(home: str) -> dict[str, str]:
     return env
 
 
-def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None) -> RunResult:
+class Running:
+    """The starters running now, so that Ctrl-C or SIGTERM on check can stop every one of them at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.processes: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def add(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.processes.add(process)
+            if self.stopping:  # started as check was being stopped: stop it too
+                process.send_signal(signal.SIGTERM)
+
+    def remove(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.processes.discard(process)
+
+    def stop_all(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for process in self.processes:
+                try:
+                    process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None) -> RunResult:
     """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
     every declared artifact written. Artifacts are copied into `keep` when it is given.
     """
@@ -77,6 +106,8 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group too, the last resort below
         )
+        if running is not None:
+            running.add(process)
         try:
             stdout, stderr = process.communicate(timeout=starter.run.timeout)
             timed_out = False
@@ -88,6 +119,8 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             raise
         finally:
             kill_group(process)
+            if running is not None:
+                running.remove(process)
         seconds = time.perf_counter() - started
         written = tuple(name for name in starter.run.artifacts if Path(scratch, name).is_file())
         if keep is not None:
@@ -158,10 +191,10 @@ def kept_output(text: str) -> str:
     return f"{head}\n[… {len(text) - len(head) - len(tail):,} characters of output left out …]\n{tail}"
 
 
-def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool) -> RunResult:
+def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None) -> RunResult:
     """Return the stored result of this exact version of the starter, or run it and store the result."""
     if store is None:
-        return run_starter(lab, starter, root)
+        return run_starter(lab, starter, root, running=running)
     key = run_key(root, starter)
     if use_cache:
         stored = store.load(key)
@@ -169,7 +202,11 @@ def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | N
             # The manifest may have moved since; point failures at where the starter is declared now.
             return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
     staging = store.staging(key)
-    result = run_starter(lab, starter, root, keep=staging)
+    try:
+        result = run_starter(lab, starter, root, keep=staging, running=running)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     store.save(key, result, staging)
     return result
 
@@ -232,9 +269,11 @@ def run_labs(
     `on_result` sees each one as soon as its lab is complete.
     """
     pairs = runnable(labs)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    running = Running()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         futures = {
-            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache)
+            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache, running)
             for lab, starter in pairs
         }
         results: list[RunResult] = []
@@ -245,4 +284,9 @@ def run_labs(
                 if on_result:
                     on_result(result)
             results.extend(runs)
+    except BaseException:  # Ctrl-C, SIGTERM: stop every starter now, run no more, let their folders go
+        running.stop_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return results

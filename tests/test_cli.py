@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -227,3 +228,38 @@ def test_nothing_a_starter_starts_outlives_it(escape: str, ending: str, sample_s
     assert re.search(rf"code/lab-01-sample/kv\.py\s+{status}", result.stdout), result.stdout + result.stderr
     time.sleep(3.5)
     assert not marker.exists(), f"a process started by the starter ({escape}) outlived its run"
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_stopping_check_stops_its_starters_at_once_and_leaves_nothing(how: str, sample_site: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    marker = tmp_path / "child-still-alive"
+    child = tmp_path / "child.py"
+    child.write_text(f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, {str(child)!r}], start_new_session=True)\n"
+        "print('running', flush=True)\ntime.sleep(600)\n"
+        "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
+    )
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    check = subprocess.Popen([sys.executable, "-m", "infralens", "check", "lab-01-sample"], cwd=sample_site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not list(scratch.glob("infralens-run-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # the starter is running
+    check.send_signal(getattr(signal, how))
+    started = time.monotonic()
+    _, stderr = check.communicate(timeout=30)
+    assert time.monotonic() - started < 10, "check went on waiting for its starter"
+    assert check.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "stopped: every running starter was killed" in stderr
+    assert list(scratch.iterdir()) == [], "a scratch folder was left"
+    time.sleep(4.5)
+    assert not marker.exists(), "a process the starter started outlived check"
