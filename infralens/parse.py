@@ -7,7 +7,6 @@ so are the editors' JSON Schemas and schema/reference.md written from here.
 
 from __future__ import annotations
 
-import re
 
 from infralens.errors import Problems
 from infralens.models import Intuition, KeyBlockSpec, Lab, Site, Starter, Track

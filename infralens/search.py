@@ -244,8 +244,8 @@ def postings(partials: Iterable[Partial], docs: list[Document]) -> dict[str, arr
     Appends every document to `docs` as it goes, so partials can be read one at a time.
     """
     index: dict[str, array] = {}
-    for partial in partials:
-        for doc, weights in zip(partial.docs, partial.weights):
+    for lab in partials:
+        for doc, weights in zip(lab.docs, lab.weights):
             doc_id = len(docs)
             docs.append(doc)
             for token, weight in weights:

@@ -13,7 +13,6 @@ import pytest
 from conftest import REPO
 from infralens.build import load_project
 from infralens.runner import run_labs, runnable
-from infralens.workspace import Workspace
 
 pytestmark = pytest.mark.starters
 
