@@ -33,6 +33,12 @@ def pytest_configure(config: pytest.Config) -> None:
     Set in the environment, so every `infralens` subprocess inherits it too. A folder the user
     chose (INFRALENS_CACHE_DIR already set) is kept.
     """
+    # Hypothesis would keep its example database and caches in .hypothesis/ of the working folder.
+    import hypothesis.configuration
+
+    fuzz = Path(tempfile.mkdtemp(prefix="infralens-test-hypothesis-"))
+    hypothesis.configuration.set_hypothesis_home_dir(fuzz)
+    config.add_cleanup(lambda: shutil.rmtree(fuzz, ignore_errors=True))
     before = os.environ.get(CACHE_ENV)
     if before:
         return
