@@ -126,19 +126,24 @@ def test_starter_runs_in_a_scratch_folder_with_a_clean_environment(sample_site: 
     assert not cwd.exists(), "the scratch folder should be removed after the run"
 
 
-def test_hanging_starter_is_killed_at_its_timeout_with_its_children(sample_site: Path, tmp_path: Path) -> None:
+def late_child(tmp_path: Path, seconds: float) -> tuple[Path, Path]:
+    """Write a script that writes a marker file after `seconds` unless it is killed; return (script, marker)."""
     marker = tmp_path / "child-still-alive"
-    starter = sample_site / "code/lab-01-sample/kv.py"
     child = tmp_path / "child.py"
+    child.write_text(f"import pathlib, time\ntime.sleep({seconds})\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    return child, marker
+
+
+def replace_starter(sample_site: Path, body: str) -> None:
+    """Replace lab 01's starter by `body`, keeping the region its manifest previews and binds."""
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text("import subprocess, sys, time\n" + body + "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n")
+
+
+def test_hanging_starter_is_killed_at_its_timeout_with_its_children(sample_site: Path, tmp_path: Path) -> None:
     # A child that writes the marker after 4 s unless the starter's whole process group is killed.
-    child.write_text(f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
-    starter.write_text(
-        "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, {str(child)!r}])\n"
-        "print('hanging now', flush=True)\n"
-        "time.sleep(600)\n"
-        "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
-    )
+    child, marker = late_child(tmp_path, 4)
+    replace_starter(sample_site, f"subprocess.Popen([sys.executable, {str(child)!r}])\nprint('hanging now', flush=True)\ntime.sleep(600)\n")
     manifest = sample_site / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text().replace("run: {args: [--layers, 32],", "run: {timeout: 1.5, args: [--layers, 32],"))
     started = time.monotonic()
@@ -207,17 +212,13 @@ ESCAPES = {
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
 @pytest.mark.parametrize("ending", ["timeout", "exit"])
 def test_nothing_a_starter_starts_outlives_it(escape: str, ending: str, sample_site: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "child-still-alive"
-    child = tmp_path / "child.py"
-    child.write_text(f"import pathlib, time\ntime.sleep(3)\npathlib.Path({str(marker)!r}).write_text('x')\n")
-    starter = sample_site / "code/lab-01-sample/kv.py"
-    starter.write_text(
-        "import subprocess, sys, time\n"
+    child, marker = late_child(tmp_path, 3)
+    replace_starter(
+        sample_site,
         f"CHILD = {str(child)!r}\n"
         + ESCAPES[escape]
         + "print('kv bytes per token: 524,288', flush=True)\n"
-        + ("time.sleep(600)\n" if ending == "timeout" else "")
-        + "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
+        + ("time.sleep(600)\n" if ending == "timeout" else ""),
     )
     manifest = sample_site / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text().replace("run: {args: [--layers, 32],", "run: {timeout: 1.5, args: [--layers, 32],"))
@@ -236,16 +237,8 @@ def test_stopping_check_stops_its_starters_at_once_and_leaves_nothing(how: str, 
     import subprocess
     import sys
 
-    marker = tmp_path / "child-still-alive"
-    child = tmp_path / "child.py"
-    child.write_text(f"import pathlib, time\ntime.sleep(4)\npathlib.Path({str(marker)!r}).write_text('x')\n")
-    starter = sample_site / "code/lab-01-sample/kv.py"
-    starter.write_text(
-        "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, {str(child)!r}], start_new_session=True)\n"
-        "print('running', flush=True)\ntime.sleep(600)\n"
-        "# region formula\nper_layer = 1\ntotal = 2\n# endregion\n"
-    )
+    child, marker = late_child(tmp_path, 4)
+    replace_starter(sample_site, f"subprocess.Popen([sys.executable, {str(child)!r}], start_new_session=True)\nprint('running', flush=True)\ntime.sleep(600)\n")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}

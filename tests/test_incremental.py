@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from infralens.build import Session, build
+from infralens.errors import InputError
 from infralens.workspace import Workspace
 
 pytestmark = pytest.mark.cli
@@ -98,7 +99,7 @@ def test_a_failed_build_leaves_output_as_it_was(site: Workspace) -> None:
     before = stamps(site.out)
     manifest = site.root / "labs/lab-01-sample.yml"
     manifest.write_text(manifest.read_text().replace("region: formula", "region: nowhere"))
-    with pytest.raises(Exception):
+    with pytest.raises(InputError, match="region 'nowhere' not found"):
         build(site)
     assert stamps(site.out) == before
     assert not [p for p in site.out.parent.iterdir() if p.name.startswith(f".{site.out.name}.new")]
