@@ -83,6 +83,8 @@ class Unit:
     card: LabCard
     sources: tuple[tuple[str, str], ...]
     """(path, text) of each of the lab's starters."""
+    source_digests: tuple[str, ...]
+    """A hash of each starter's text, in the order of `sources`, computed once as it was read."""
     runs: tuple[tuple[str, RunResult], ...]
     nav: "Nav"
     key: str
@@ -322,7 +324,8 @@ def plan(
         search_key = digest(__version__, "search", tracks_key, manifest.key, source_key)
         nav = navs[card.id]
         key = digest(site_key, manifest.key, source_key, repr(lab_runs), nav_key(nav))
-        units[card.id] = Unit(manifest, card, sources, lab_runs, nav, key, search_key)
+        digests = tuple(starters[s.path][1] for s in card.starters)
+        units[card.id] = Unit(manifest, card, sources, digests, lab_runs, nav, key, search_key)
     return units
 
 
@@ -472,9 +475,12 @@ def write_shared(
         if full or recorded is None or recorded[0] != key or path not in present:
             make(path)
 
-    ordered = [unit.card for unit in sorted(units.values(), key=lambda u: u.card.number)]
+    in_order = sorted(units.values(), key=lambda u: u.card.number)
+    ordered = [unit.card for unit in in_order]
     runs = {path: result for unit in units.values() for path, result in unit.runs}
-    index_key = digest(theme.key, repr(site), repr(ordered), repr(sorted(runs.items())))
+    # The index shows each lab's card (a function of its manifest) and each run's status and date.
+    shown_runs = sorted((path, result.status, result.finished) for path, result in runs.items())
+    index_key = digest(theme.key, repr(site), *(unit.manifest.key for unit in in_order), repr(shown_runs))
 
     def index_file(path: str) -> None:
         use_context(RenderContext(ws, site, theme))
@@ -497,7 +503,6 @@ def write_shared(
 
     from infralens.search import CHUNK_LABS, chunk_path, index_script
 
-    in_order = sorted(units.values(), key=lambda unit: unit.card.number)
     chunks = []
     for number, start in enumerate(range(0, len(in_order), CHUNK_LABS)):
         members = in_order[start : start + CHUNK_LABS]
@@ -517,8 +522,8 @@ def write_shared(
         stage(f"static/{name}", digest(name, file.read_bytes()), lambda path, f=file: asset(path, f))
     store = ResultStore(ws.runs_folder())
     for unit in units.values():
-        for path, text in unit.sources:
-            stage(path, digest(text), lambda p, t=text: staging.write(p, t))
+        for (path, text), text_digest in zip(unit.sources, unit.source_digests):
+            stage(path, text_digest, lambda p, t=text: staging.write(p, t))
         for starter_path, result in unit.runs:
             folder = store.slot(session.run_key(ws, next(s for s in unit.card.starters if s.path == starter_path)))
             for name in result.artifacts:
