@@ -397,15 +397,24 @@ class RenderContext:
 
 
 _WORKER: dict[str, object] = {}
-"""The render context and renderer of this process: set by `use_context`, in a worker for the pool's life."""
+"""The render context and renderer of this process: set by `use_context` (in a worker, once for the
+pool's life); the renderer is made once per theme, not once per build."""
 
 
 def use_context(context: RenderContext) -> None:
-    if _WORKER.get("context") is not context:
+    _WORKER["context"] = context
+    _WORKER["renderer"] = renderer_for(context.theme)
+
+
+def renderer_for(theme: "Theme"):
+    """Return this process's renderer of a theme, made once: Jinja re-reads a template whose file changed."""
+    made_for = (theme.dirs, theme.compiled)
+    if _WORKER.get("made_for") != made_for:
         from infralens.render import Renderer
 
-        _WORKER["context"] = context
-        _WORKER["renderer"] = Renderer(context.theme.dirs, context.theme.compiled)
+        _WORKER["renderer_of_theme"] = Renderer(theme.dirs, theme.compiled)
+        _WORKER["made_for"] = made_for
+    return _WORKER["renderer_of_theme"]
 
 
 def render_task(task: tuple[Unit, Lab | None]) -> Outcome:

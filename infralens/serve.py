@@ -21,7 +21,7 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from infralens.build import Session, build
+from infralens.build import Session, build, renderer_for
 from infralens.errors import InputError
 from infralens.workspace import Workspace
 
@@ -68,16 +68,12 @@ def rebuild(ws: Workspace, session: Session, state: BuildState, log) -> None:
         errors = [str(problem) for problem in exc.problems]
         for line in errors:
             log(line)
-    state.record(errors, time.perf_counter() - started, overlay(ws, errors))
+    state.record(errors, time.perf_counter() - started, overlay(ws, session, errors))
 
 
-def overlay(ws: Workspace, errors: list[str]) -> tuple[str, str, str]:
-    """Render the error banner and the reload script from the theme."""
-    from infralens.render import Renderer
-    from infralens.workspace import packaged_theme
-
-    renderer = Renderer(ws.theme_dirs(packaged_theme()))
-    return renderer.render_serve_overlay(errors, STATE_PATH)
+def overlay(ws: Workspace, session: Session, errors: list[str]) -> tuple[str, str, str]:
+    """Render the error banner and the reload script from the theme, with the build's own renderer."""
+    return renderer_for(session.theme(ws)).render_serve_overlay(errors, STATE_PATH)
 
 
 class Handler(SimpleHTTPRequestHandler):
