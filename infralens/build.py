@@ -551,7 +551,7 @@ def check_site_links(ws: Workspace, staging, units: dict[str, Unit], kept: dict[
     every = {path for record in kept.values() for path in record.files} | set(staged) | set(shared)
 
     def read(path: str) -> str:
-        folder = staging.folder if path in staged else ws.out
+        folder = staging.site if path in staged else ws.out
         return (folder / path).read_text(encoding="utf-8")
 
     pages = [Page(path, read(path)) for path in sorted(every) if path.endswith(".html")]

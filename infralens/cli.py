@@ -42,7 +42,7 @@ def main() -> None:
 
 @main.command()
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file; labs/, code/ and templates/ sit beside it.")
-@click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to write the site into; replaced as a whole only if the build succeeds.")
+@click.option("--out", "out_dir", default="output", show_default=True, type=click.Path(path_type=Path), help="Folder to write the site into; left as it was unless the build succeeds.")
 @click.option("--strict", is_flag=True, help="Fail on any broken internal link or anchor, or external link that is not http(s).")
 @click.option("--full", is_flag=True, help="Render every lab again, even those whose inputs did not change.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Processes for a cold build (default: the number of cores).")

@@ -4,6 +4,13 @@ It reads the project (site.yml, labs/*.yml, starters under code/), keeps the cac
 (`--cache-dir`, else `$INFRALENS_CACHE_DIR`, else `<site root>/.infralens`), and commits a build to
 output/: every new or changed file is first written into a staging folder beside output/, then moved
 into place one file at a time with an atomic rename, and files the site no longer has are removed.
+
+The commit is journaled, so output/ is always the old site or the new one, never a mix that lasts:
+- before the first rename, the staging folder gets a journal naming every file to move and remove;
+- each file a rename displaces is first hard-linked into the staging folder's `old/`, so a commit
+  that fails half-way (a folder it cannot write, Ctrl-C) is rolled back to the old site;
+- a build killed outright (SIGKILL, power to the process) leaves its journal, and the next build
+  finishes that commit, from what is still staged, before it starts.
 A build that fails before the commit leaves output/ exactly as it was; a build that changes nothing
 writes nothing.
 """
@@ -13,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -285,8 +293,8 @@ class Workspace:
     def lock(self):
         """Hold the output folder's lock (kept in the cache): builds of one output/ run one at a time.
 
-        Under the lock, any staging folder beside output/ was left by a build that was killed, so it
-        is removed.
+        Under the lock, any staging folder beside output/ was left by a build that was killed: one
+        killed during its commit is finished (see `Staging.recover`), any other is removed.
         """
         parent = self.out.absolute().parent
         blocking = next((folder for folder in (parent, *parent.parents) if folder.exists() and not folder.is_dir()), None)
@@ -303,8 +311,11 @@ class Workspace:
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                for leftover in parent.glob(f".{self.out.name}.new-*"):
-                    shutil.rmtree(leftover, ignore_errors=True)
+                try:
+                    for leftover in sorted(parent.glob(f".{self.out.name}.new-*")):
+                        Staging(leftover).recover(self.out.absolute())
+                except OSError as exc:
+                    raise InputError([Problem(Mark(str(self.out)), f"cannot finish the commit of a build that was killed: {exc.strerror or exc}")]) from None
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
@@ -312,8 +323,9 @@ class Workspace:
     def staging(self) -> "Staging":
         """Return a fresh staging folder beside output/ for a build's new and changed files."""
         self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.new-", dir=self.out.absolute().parent))
-        return Staging(folder)
+        staging = Staging(Path(tempfile.mkdtemp(prefix=f".{self.out.name}.new-", dir=self.out.absolute().parent)))
+        staging.site.mkdir(mode=0o755)  # it may become output/ itself, which is meant to be served
+        return staging
 
     def present(self, files: dict[str, "Stamp"]) -> dict[str, "Stamp"]:
         """Return the recorded files that are still in output/ exactly as the last build left them."""
@@ -343,35 +355,27 @@ class Workspace:
         """Move the staged files into output/ and remove the ones the site no longer has.
 
         Returns the stamp of every file moved in, to recognise it unchanged next time. When there is
-        no output/ yet, the staging folder becomes it with one rename.
+        no output/ yet, the staged site becomes it with one rename. Any exception during the moves
+        (an OSError, KeyboardInterrupt) puts the old site back before it propagates.
         """
         out = self.out.absolute()
-        stamps = {}
         if not out.exists():
-            os.chmod(staging.folder, 0o755)  # mkdtemp makes it private; a site is meant to be served
-            os.rename(staging.folder, out)
-            for path in staging.written:
-                info = os.stat(out / path)
-                stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
-            return stamps
-        made: set[Path] = set()
-        try:
-            for path in staging.written:
-                target = out / path
-                if target.parent not in made:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    made.add(target.parent)
-                os.replace(staging.folder / path, target)
-                info = target.stat()
-                stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
-            for path in remove:
-                try:
-                    (out / path).unlink()
-                except FileNotFoundError:
-                    pass
-                prune_empty(out, (out / path).parent)
-        finally:
-            staging.discard()
+            os.rename(staging.site, out)
+        else:
+            try:
+                staging.begin(sorted(remove))
+                staging.roll_forward(out)
+            except BaseException:
+                # Undo what was moved. If the undo itself is cut short, the journal stays and the
+                # next build finishes the commit instead.
+                staging.roll_back(out)
+                staging.discard()
+                raise
+        staging.discard()
+        stamps = {}
+        for path in staging.written:
+            info = os.stat(out / path)
+            stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
         return stamps
 
 
@@ -385,19 +389,30 @@ class Stamp:
 
 @dataclass
 class Staging:
-    """A folder the new and changed files of one build are written into before the commit."""
+    """A folder beside output/ holding one build's new and changed files until the commit.
+
+    Its `site/` holds the files at their site paths; `journal` (written when the commit starts) names
+    the files to move in and to remove; `old/` keeps each file of output/ the commit displaced, by
+    hard link, until the commit is done. Both directions of a commit are worked out from what is on
+    disk, so either can be resumed after the process was killed.
+    """
 
     folder: Path
     written: list[str] = field(default_factory=list)
     made: set[str] = field(default_factory=set)
+    remove: list[str] = field(default_factory=list)
+
+    @property
+    def site(self) -> Path:
+        return self.folder / "site"
 
     def target(self, path: str) -> str:
         parent = os.path.dirname(path)
         if parent and parent not in self.made:
-            os.makedirs(os.path.join(self.folder, parent), exist_ok=True)
+            os.makedirs(os.path.join(self.site, parent), exist_ok=True)
             self.made.add(parent)
         self.written.append(path)
-        return os.path.join(self.folder, path)
+        return os.path.join(self.site, path)
 
     def write(self, path: str, content: str | bytes) -> None:
         with open(self.target(path), "wb") as file:
@@ -408,6 +423,69 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the journaled commit
+
+    def begin(self, remove: list[str]) -> None:
+        """Write the journal: from here on, a killed build's commit is finished by the next one."""
+        self.remove = remove
+        atomic_write(self.folder / "journal", json.dumps({"written": self.written, "remove": remove}).encode())
+
+    def roll_forward(self, out: Path) -> None:
+        """Move every file still staged into output/ and remove the files the new site does not have."""
+        made: set[Path] = set()
+        for path in self.written:
+            staged, target = self.site / path, out / path
+            if not staged.exists():
+                continue  # moved in before the process was killed
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
+            self._keep_old(target, path)
+            os.replace(staged, target)
+        for path in self.remove:
+            target = out / path
+            if target.exists() or target.is_symlink():
+                self._keep_old(target, path)
+                target.unlink()
+            prune_empty(out, target.parent)
+
+    def roll_back(self, out: Path) -> None:
+        """Put output/ back as it was before `roll_forward` began, however far that got."""
+        for path in self.written:
+            target, old = out / path, self.folder / "old" / path
+            if (self.site / path).exists():
+                continue  # never moved in
+            if old.exists():
+                os.replace(old, target)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()
+                prune_empty(out, target.parent)
+        for path in self.remove:
+            old = self.folder / "old" / path
+            if old.exists():
+                (out / path).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old, out / path)
+
+    def _keep_old(self, target: Path, path: str) -> None:
+        """Hard-link the file a move will displace into old/, for `roll_back`; a second link is kept."""
+        keep = self.folder / "old" / path
+        if keep.exists() or not (target.exists() or target.is_symlink()):
+            return
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        os.link(target, keep, follow_symlinks=False)
+
+    def recover(self, out: Path) -> None:
+        """Deal with a staging folder a killed build left: finish its commit if it began one, then remove it."""
+        try:
+            journal = json.loads((self.folder / "journal").read_text(encoding="utf-8"))
+            self.written, self.remove = list(journal["written"]), list(journal["remove"])
+        except (OSError, ValueError, KeyError, TypeError):
+            journal = None  # killed before its commit began: output/ was never touched
+        if journal is not None and out.is_dir():
+            self.roll_forward(out)
+        self.discard()
 
 
 def atomic_write(target: Path, content: bytes) -> None:
