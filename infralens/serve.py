@@ -146,8 +146,9 @@ class Handler(SimpleHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128
-    """A real listen backlog: a page asks for its CSS, JS and images at once, several tabs at a time."""
+    request_queue_size = 1024
+    """A real listen backlog (the kernel caps it at net.core.somaxconn): a page asks for its CSS, JS
+    and images at once, several tabs at a time, and a link checker or a load test asks for hundreds."""
 
 
 def watch(ws: Workspace, events: "queue.Queue[set[str]]", stop: threading.Event) -> list[threading.Thread]:

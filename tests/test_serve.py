@@ -162,3 +162,131 @@ def test_serve_refuses_foreign_hosts_and_bad_paths_redirects_folders_and_heads_l
     assert head.getheader("Content-Length") == got.getheader("Content-Length") == str(len(body))
     assert ask("GET", "/", host=f"localhost:{port}")[0].status == 200
     assert process.poll() is None  # still serving
+
+
+@pytest.fixture
+def in_process_server(sample_site: Path, monkeypatch):
+    """`serve` in a thread of this process, its stalled-client timeout cut to one second."""
+    import threading
+
+    from infralens import serve as serve_module
+
+    assert 0 < serve_module.Handler.timeout <= 60  # the shipped value: a stalled client is dropped, in time
+    monkeypatch.setattr(serve_module.Handler, "timeout", 1)
+    stop = threading.Event()
+    ready: list[str] = []
+    thread = threading.Thread(
+        target=serve_module.serve,
+        args=(sample_site / "site.yml", sample_site / "output", 0, lambda line: None),
+        kwargs={"stop": stop, "ready": ready.append},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready, "serve did not start"
+        yield ready[0]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+@pytest.mark.cli
+def test_a_stalled_client_neither_blocks_others_nor_keeps_its_connection(in_process_server: str) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    port = urlsplit(in_process_server).port
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    stalled[0].sendall(b"GET / HTTP/1.1\r\nHo")  # half a request, then nothing
+    try:
+        assert "<h1>" in fetch(in_process_server)  # answered while twenty clients say nothing
+        for sock in stalled:
+            sock.settimeout(10)
+            assert sock.recv(1) == b""  # the server closed it after its timeout, not after ours
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+@pytest.mark.cli
+def test_five_hundred_requests_at_once_are_all_answered(server) -> None:
+    import selectors
+    import socket
+    from urllib.parse import urlsplit
+
+    if int(Path("/proc/sys/net/core/somaxconn").read_text()) < 1024:
+        pytest.skip("this kernel caps every listen backlog below 1024 (net.core.somaxconn)")
+    process, base = server
+    wait_for(base, "<h1>")
+    port = urlsplit(base).port
+    overflows = listen_overflows()
+    # Open every connection first, then send every request: all 500 wait on the server at once.
+    sockets = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(500)]
+    request = f"GET /labs/lab-01-sample/index.html HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    for sock in sockets:
+        sock.sendall(request)
+        sock.setblocking(False)
+    selector = selectors.DefaultSelector()
+    answers = {sock: b"" for sock in sockets}
+    for sock in sockets:
+        selector.register(sock, selectors.EVENT_READ)
+    deadline = time.monotonic() + 60
+    open_count = len(sockets)
+    while open_count and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            answers[key.fileobj] += chunk
+            if not chunk:
+                selector.unregister(key.fileobj)
+                open_count -= 1
+    for sock in sockets:
+        sock.close()
+    statuses = [answer.split(b"\r\n", 1)[0] for answer in answers.values()]
+    assert statuses.count(b"HTTP/1.0 200 OK") == 500, sorted(set(statuses))
+    # The kernel counts connections it dropped because the accept queue was full; a client retries
+    # them a second or more later, which a browser loading a page sees as a stall or a failure.
+    assert listen_overflows() == overflows, "connections were dropped: the listen backlog is too short"
+    assert process.poll() is None
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped for a full accept queue (TcpExt ListenOverflows)."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    header, values = next((lines[i].split(), lines[i + 1].split()) for i in range(0, len(lines), 2) if lines[i].startswith("TcpExt:"))
+    return int(dict(zip(header, values))["ListenOverflows"])
+
+
+@pytest.mark.cli
+def test_serve_keeps_no_more_memory_however_many_rebuilds(sample_site: Path) -> None:
+    """What a long `serve` session holds between edits stays flat: rebuilds as serve makes them, traced."""
+    import gc
+    import tracemalloc
+
+    from infralens.build import Session
+    from infralens.serve import BuildState, rebuild
+    from infralens.workspace import Workspace
+
+    ws = Workspace.open(sample_site / "site.yml", sample_site / "output")
+    session, state = Session(keep_state=True), BuildState()
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    original = starter.read_text()
+
+    def edits(count: int, start: int) -> None:
+        for number in range(start, start + count):
+            starter.write_text(original + f"\n# edit {number}\n")
+            rebuild(ws, session, state, lambda line: None)
+            assert not state.errors, state.errors
+
+    tracemalloc.start()
+    try:
+        edits(40, 0)  # caches warm up and the in-memory cache fills to its cap (8 entries a lab + 64)
+        gc.collect()
+        warm = tracemalloc.get_traced_memory()[0]
+        edits(60, 40)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - warm
+    finally:
+        tracemalloc.stop()
+    assert grown < 200_000, f"{grown:,} bytes more after 60 more rebuilds"  # v1 kept about 1.1 MB per rebuild
