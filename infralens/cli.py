@@ -68,8 +68,9 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
 @click.option("--no-cache", is_flag=True, help="Run every starter even if this exact version already has a stored result.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JSON to this file.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
+@click.option("--sandbox", is_flag=True, help="Run each starter under bubblewrap: no writes outside its scratch folder, no network (for contributions from strangers; see the README).")
 @CACHE_OPTION
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, cache_dir: Path | None) -> None:
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, cache_dir: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     from infralens.models import RunResult
     from infralens.reports import results_json, results_junit
@@ -97,13 +98,22 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         cached = "  (stored result)" if result.cached else ""
         click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
 
+    jail = None
+    if sandbox:
+        from infralens.sandbox import SandboxUnavailable, open_sandbox
+
+        try:
+            jail = open_sandbox()
+        except SandboxUnavailable as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     def interrupted(signum, frame) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)  # SIGTERM stops the starters as Ctrl-C does
     try:
-        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show)
+        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail)
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)

@@ -15,8 +15,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from infralens.markdown import python_blocks
 from infralens.errors import Mark
 from infralens.models import Lab, RunResult, Starter
 from infralens.results import ResultStore, run_key
+from infralens.sandbox import Sandbox
 
 SUPERVISE = Path(__file__).with_name("supervise.py")
 """The program every starter runs under: it kills whatever the starter leaves behind (run by path)."""
@@ -80,9 +82,83 @@ class Running:
                     pass
 
 
-def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None) -> RunResult:
+class Capture:
+    """Read one output pipe of a run on a thread, keeping its first and last bytes and counting the rest.
+
+    A starter that prints without end for its whole timeout would otherwise fill check's memory.
+    """
+
+    def __init__(self, pipe, limit: int) -> None:
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_bytes = 0
+        self.total = 0
+        self.limit = limit
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe) -> None:
+        half = self.limit // 2
+        with pipe:
+            while chunk := pipe.read1(1 << 16):
+                self.total += len(chunk)
+                room = half - len(self.head)
+                if room > 0:
+                    self.head += chunk[:room]
+                    chunk = chunk[room:]
+                if chunk:
+                    self.tail.append(chunk)
+                    self.tail_bytes += len(chunk)
+                    while self.tail_bytes - len(self.tail[0]) >= half:
+                        self.tail_bytes -= len(self.tail.popleft())
+
+    def finish(self) -> "Output":
+        """Return what was kept once the pipe closed (or after a few seconds, if a stray process holds it)."""
+        self.thread.join(timeout=5)
+        tail = b"".join(self.tail)
+        return Output(bytes(self.head), tail, self.total - len(self.head) - len(tail))
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a run printed on one stream: its first and last bytes, and how many between were not kept."""
+
+    head: bytes
+    tail: bytes
+    left_out: int = 0
+
+    def text(self) -> str:
+        """The kept output as text, for the expect patterns (which see no note of the gap)."""
+        return (self.head + (b"\n" if self.left_out else b"") + self.tail).decode("utf-8", errors="replace")
+
+    def stored(self, limit: int) -> str:
+        """The output as stored with a run: whole up to `limit` bytes, else its first quarter and
+        last three quarters with a note of how many bytes were left out, so 200 MB printed once does
+        not weigh on every later build."""
+        head, tail, left_out = self.head, self.tail, self.left_out
+        if not left_out:  # all of it was read: one stretch to cut
+            head, tail = head + tail, b""
+        if len(head) + len(tail) > limit:
+            if not tail:
+                head, tail = head[: limit // 4], head[-(limit * 3 // 4) :]
+            else:
+                head = head[: limit // 4]
+                tail = tail[-(limit - len(head)) :]
+            left_out = self.left_out + len(self.head) + len(self.tail) - len(head) - len(tail)
+        if not left_out:
+            return (head + tail).decode("utf-8", errors="replace")
+        note = f"\n[… {left_out:,} bytes of output left out …]\n"
+        return head.decode("utf-8", errors="replace") + note + tail.decode("utf-8", errors="replace")
+
+
+CAPTURE_BYTES = 16 << 20
+"""Bytes of a run's stdout (and of its stderr) read into memory: the first and last halves of it."""
+
+
+def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None, sandbox: Sandbox | None = None) -> RunResult:
     """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
-    every declared artifact written. Artifacts are copied into `keep` when it is given.
+    every declared artifact written. Artifacts are copied into `keep` when it is given; with a
+    sandbox, the starter runs inside it (see sandbox.py).
     """
     assert starter.run is not None
     source = (root / starter.path).resolve()
@@ -95,6 +171,10 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *starter.run.args]
         else:
             command = [sys.executable, str(source), *starter.run.args]
+        if sandbox is not None:
+            temporary = Path(side, "tmp")
+            temporary.mkdir()
+            command = sandbox.wrap(command, scratch, str(temporary))
         started = time.perf_counter()
         process = subprocess.Popen(
             [sys.executable, str(SUPERVISE), *command],
@@ -107,11 +187,12 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         )
         if running is not None:
             running.add(process)
+        out, err = Capture(process.stdout, CAPTURE_BYTES), Capture(process.stderr, CAPTURE_BYTES)
         try:
-            stdout, stderr = process.communicate(timeout=starter.run.timeout)
+            process.wait(timeout=starter.run.timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            stdout, stderr = stop(process)
+            stop(process)
             timed_out = True
         except BaseException:  # Ctrl-C or SIGTERM on check: stop the starter's whole tree at once
             stop(process)
@@ -120,12 +201,13 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             kill_group(process)
             if running is not None:
                 running.remove(process)
+        stdout, stderr = out.finish(), err.finish()
         seconds = time.perf_counter() - started
         written = tuple(name for name in starter.run.artifacts if Path(scratch, name).is_file())
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name)
-    text = stdout.decode("utf-8", errors="replace")
+    text = stdout.text()
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
     elif process.returncode != 0:
@@ -150,8 +232,8 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         status=status,
         seconds=seconds,
         returncode=None if timed_out else process.returncode,
-        stdout=kept_output(text),
-        stderr=kept_output(stderr.decode("utf-8", errors="replace")),
+        stdout=stdout.stored(KEPT_OUTPUT),
+        stderr=stderr.stored(KEPT_OUTPUT),
         reason=reason,
         mark=starter.mark,
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -178,22 +260,13 @@ def expect_found(pattern: str, output: str, seconds: float = EXPECT_SECONDS) -> 
 
 
 KEPT_OUTPUT = 1 << 20
-"""Characters of a run's stdout (and stderr) kept with its result: the checks read all of it first."""
+"""Bytes of a run's stdout (and stderr) stored with its result; the checks read up to CAPTURE_BYTES."""
 
 
-def kept_output(text: str) -> str:
-    """Return output as stored with a run: whole up to KEPT_OUTPUT, else its head and tail with a note
-    of what was left out, so 200 MB printed once does not weigh on every later build."""
-    if len(text) <= KEPT_OUTPUT:
-        return text
-    head, tail = text[: KEPT_OUTPUT // 4], text[-(KEPT_OUTPUT * 3 // 4) :]
-    return f"{head}\n[… {len(text) - len(head) - len(tail):,} characters of output left out …]\n{tail}"
-
-
-def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None) -> RunResult:
+def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None, sandbox: Sandbox | None = None) -> RunResult:
     """Return the stored result of this exact version of the starter, or run it and store the result."""
     if store is None:
-        return run_starter(lab, starter, root, running=running)
+        return run_starter(lab, starter, root, running=running, sandbox=sandbox)
     key = run_key(root, starter)
     if use_cache:
         stored = store.load(key)
@@ -202,7 +275,7 @@ def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | N
             return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
     staging = store.staging(key)
     try:
-        result = run_starter(lab, starter, root, keep=staging, running=running)
+        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -210,18 +283,18 @@ def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | N
     return result
 
 
-def stop(process: subprocess.Popen) -> tuple[bytes, bytes]:
-    """Stop a running starter and everything it started; return what it printed.
+def stop(process: subprocess.Popen) -> None:
+    """Stop a running starter and everything it started.
 
     SIGTERM asks the supervisor to kill the whole tree (new sessions and double forks included);
     if it does not finish in a few seconds, its process group is killed.
     """
     try:
         process.send_signal(signal.SIGTERM)
-        return process.communicate(timeout=5)
+        process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         kill_group(process)
-        return process.communicate()
+        process.wait()
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -260,6 +333,7 @@ def run_labs(
     store: ResultStore | None = None,
     use_cache: bool = True,
     on_result=None,
+    sandbox: Sandbox | None = None,
 ) -> list[RunResult]:
     """Run every starter of the labs on `jobs` workers, then check each lab's stated figures.
 
@@ -272,7 +346,7 @@ def run_labs(
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {
-            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache, running)
+            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache, running, sandbox)
             for lab, starter in pairs
         }
         results: list[RunResult] = []

@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 
 from conftest import run_infralens
-from infralens.runner import KEPT_OUTPUT, kept_output
+from infralens.runner import KEPT_OUTPUT, Output
 
 
 @pytest.mark.unit
 def test_long_output_keeps_its_head_and_tail_and_says_what_it_left_out() -> None:
-    text = "".join(f"line {n:07d}\n" for n in range(300_000))  # 3.9 M characters
-    kept = kept_output(text)
+    text = "".join(f"line {n:07d}\n" for n in range(300_000)).encode()  # 3.9 MB
+    kept = Output(text, b"").stored(KEPT_OUTPUT)
     assert len(kept) < KEPT_OUTPUT + 100
     assert kept.startswith("line 0000000\n") and kept.endswith("line 0299999\n")
-    assert "characters of output left out" in kept
-    assert kept_output("short\n") == "short\n"
+    assert f"[… {len(text) - KEPT_OUTPUT:,} bytes of output left out …]" in kept
+    assert Output(b"short\n", b"").stored(KEPT_OUTPUT) == "short\n"
+    # What was never read into memory counts in the note too.
+    assert Output(b"a" * 10, b"b" * 20, 1_000_000).stored(16) == "aaaa\n[… 1,000,014 bytes of output left out …]\n" + "b" * 12
 
 
 @pytest.mark.cli
@@ -40,7 +42,7 @@ def test_a_run_that_prints_megabytes_is_stored_cut_down(sample_site: Path) -> No
     stored = [p for p in (sample_site / ".infralens/runs").rglob("result.json")]
     assert len(stored) == 1 and stored[0].stat().st_size < 2 * KEPT_OUTPUT
     record = json.loads(stored[0].read_text())
-    assert "characters of output left out" in record["stdout"]
+    assert "bytes of output left out" in record["stdout"]
 
 
 @pytest.mark.unit
@@ -56,3 +58,36 @@ def test_expect_patterns_match_in_bounded_time() -> None:
     assert time.monotonic() - started < 1
     # Past its time limit a match gives up and says so (None), whatever the pattern.
     assert expect_found(r"(\w+\s+){3}\d", "word " * 2_000_000, seconds=0.01) is None
+
+
+FLOOD = """
+import sys
+chunk = b"x" * 65535 + b"\\n"
+while True:
+    sys.stdout.buffer.write(chunk)
+"""
+
+MEASURED = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@pytest.mark.cli
+def test_a_starter_printing_without_end_costs_check_a_bounded_amount_of_memory(sample_site: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (sample_site / "code/lab-01-sample/flood.py").write_text(FLOOD)
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    entry = "  - path: code/lab-01-sample/flood.py\n    role: Prints until it is killed.\n    run: {timeout: 3}\n"
+    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    command = [sys.executable, "-m", "infralens", "check", "--json", str(tmp_path / "runs.json")]
+    measured = subprocess.run([sys.executable, "-c", MEASURED, *command], cwd=sample_site, capture_output=True, text=True, timeout=120)
+    peak_kib = int(measured.stdout.split()[-1])  # the largest process of the run: check, the supervisor or a starter
+    flood = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("flood.py"))
+    assert flood["status"] == "timeout"
+    left_out = int(flood["stdout"].split("[… ")[1].split()[0].replace(",", ""))
+    assert left_out > 200 << 20, left_out  # it did print hundreds of megabytes in its three seconds
+    assert peak_kib < 256 << 10, f"peak {peak_kib / 1024:.0f} MiB"
