@@ -115,7 +115,7 @@ class RunSpec:
     timeout: float = declared(Number(f"Seconds before the run is killed (default {DEFAULT_TIMEOUT:g})."), default=DEFAULT_TIMEOUT)
     expect: tuple[str, ...] = declared(ListOf(Regex(), "Regexes that must each be found in the starter's stdout."), default=())
     artifacts: tuple[str, ...] = declared(
-        ListOf(ARTIFACT, "Files the run writes into its working folder; the lab page shows them (SVG and PNG as figures)."), default=()
+        ListOf(ARTIFACT, "Files the run writes into its working folder (regular files, not symlinks, of at most 8 MiB); the lab page shows them (SVG and PNG as figures)."), default=()
     )
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -203,10 +204,11 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
                 running.remove(process)
         stdout, stderr = out.finish(), err.finish()
         seconds = time.perf_counter() - started
-        written = tuple(name for name in starter.run.artifacts if Path(scratch, name).is_file())
+        refused = {name: why for name in starter.run.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
+        written = tuple(name for name in starter.run.artifacts if name not in refused and Path(scratch, name).exists())
         if keep is not None:
             for name in written:
-                shutil.copyfile(Path(scratch, name), keep / name)
+                shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
     text = stdout.text()
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
@@ -217,8 +219,11 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         for pattern in starter.run.expect:
             found = expect_found(pattern, text)
             (slow if found is None else missing if not found else []).append(pattern)
-        unwritten = [name for name in starter.run.artifacts if name not in written]
-        if slow:
+        unwritten = [name for name in starter.run.artifacts if name not in written and name not in refused]
+        if refused:
+            name, why = next(iter(refused.items()))
+            status, reason = "failed", f"artifact {name!r} {why}"
+        elif slow:
             status, reason = "failed", f"expect {slow[0]!r} did not finish matching in {EXPECT_SECONDS:g} s (a pattern that backtracks without end?)"
         elif missing:
             status, reason = "failed", f"output does not match expect {missing[0]!r}"
@@ -239,6 +244,29 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
     )
+
+
+MAX_ARTIFACT_BYTES = 8 << 20
+"""Largest artifact a run may leave: it is stored with the result and published with the lab page."""
+
+
+def artifact_problem(path: Path) -> str | None:
+    """Say why a file a run left cannot be kept as an artifact, or None (also when there is no file).
+
+    Only a regular file is copied: a symlink could publish a file from anywhere on the machine, or
+    point at /dev/zero and never end.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink; write the file itself"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_size > MAX_ARTIFACT_BYTES:
+        return f"is {info.st_size:,} bytes; an artifact is published with the page, at most {MAX_ARTIFACT_BYTES:,}"
+    return None
 
 
 EXPECT_SECONDS = 2.0

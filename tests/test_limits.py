@@ -91,3 +91,25 @@ def test_a_starter_printing_without_end_costs_check_a_bounded_amount_of_memory(s
     left_out = int(flood["stdout"].split("[… ")[1].split()[0].replace(",", ""))
     assert left_out > 200 << 20, left_out  # it did print hundreds of megabytes in its three seconds
     assert peak_kib < 256 << 10, f"peak {peak_kib / 1024:.0f} MiB"
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize(
+    ("writes", "reason"),
+    [
+        ("os.symlink('/dev/zero', 'out.txt')", "artifact 'out.txt' is a symlink; write the file itself"),
+        ("os.symlink(os.path.abspath(sys.argv[0]), 'out.txt')", "artifact 'out.txt' is a symlink; write the file itself"),
+        ("os.mkfifo('out.txt')", "artifact 'out.txt' is not a regular file"),
+        ("open('out.txt', 'wb').truncate(9 << 20)", "artifact 'out.txt' is 9,437,184 bytes; an artifact is published with the page, at most 8,388,608"),
+    ],
+    ids=["symlink-to-dev-zero", "symlink-to-a-file", "fifo", "too-big"],
+)
+def test_an_artifact_that_is_not_a_small_regular_file_fails_the_run_and_is_not_kept(writes: str, reason: str, sample_site: Path, tmp_path: Path) -> None:
+    (sample_site / "code/lab-01-sample/art.py").write_text(f"import os, sys\n{writes}\n")
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    entry = "  - path: code/lab-01-sample/art.py\n    role: Leaves an artifact.\n    run: {artifacts: [out.txt], timeout: 20}\n"
+    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    result = run_infralens("check", "--json", str(tmp_path / "runs.json"), cwd=sample_site, timeout=60)
+    run = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("art.py"))
+    assert result.returncode == 1 and (run["status"], run["reason"]) == ("failed", reason)
+    assert run["artifacts"] == [] and not list((sample_site / ".infralens/runs").rglob("out.txt"))
