@@ -606,6 +606,7 @@ class Session:
         from infralens.workspace import packaged_theme
 
         dirs = ws.theme_dirs(packaged_theme())
+        ws.check_theme(dirs[0] if len(dirs) > 1 else None)
         assets: dict[str, Path] = {}
         parts = []
         for folder in reversed(dirs):  # the site's own files override the packaged ones

@@ -52,6 +52,9 @@ def digest(*parts: str | bytes) -> str:
 MAX_STARTER_BYTES = 1 << 20
 """Largest starter a lab may show: every page, source view and search chunk carries its text."""
 
+MAX_PROJECT_FILE_BYTES = 1 << 20
+"""Largest manifest or site.yml read: a lab's manifest is a few kilobytes."""
+
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
 """The characters a starter path may use: the site serves it at that path and links to it by name."""
 
@@ -94,6 +97,7 @@ class Workspace:
     """Values kept in memory by kind and key, for a long-lived process such as `serve`."""
     memory_limit: int = 0
     """How many values `memory` may hold; 0 keeps nothing in memory."""
+    real_root: str | None = field(default=None, repr=False)
     code_real: str | None = field(default=None, repr=False)
     """code/ with symlinks resolved, once: every starter is checked to stay inside it."""
     made: set[Path] = field(default_factory=set, repr=False)
@@ -118,9 +122,13 @@ class Workspace:
         costs one read, not a read of the whole site.
         """
         try:
+            info = os.stat(path)
+            refused = self.unsafe_file(path, info, shown)
+            if refused:
+                problems.add(mark or Mark(shown), refused)
+                return None
             if not self.memory_limit:
                 return path.read_text(encoding="utf-8")
-            info = os.stat(path)
             stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
             kept = self.memory.get(("file", str(path)))
             if kept is not None and kept[0] == stamp:
@@ -135,6 +143,28 @@ class Workspace:
         except OSError as exc:
             problems.add(mark or Mark(shown), f"cannot read {shown}: {exc.strerror}")
         return None
+
+    def unsafe_file(self, path: Path, info: os.stat_result, shown: str) -> str | None:
+        """Say why a project file must not be read, or None.
+
+        A symlink (which git stores) could point at /dev/zero, a FIFO or a secret outside the
+        project; a file of many megabytes is no manifest.
+        """
+        if not stat.S_ISREG(info.st_mode):
+            return f"{shown} is not a regular file"
+        if info.st_size > MAX_PROJECT_FILE_BYTES:
+            return f"{shown} is {info.st_size:,} bytes; a manifest or site file is at most {MAX_PROJECT_FILE_BYTES:,}"
+        if path != self.site_file:
+            real = os.path.realpath(path)
+            if not real.startswith(self.root_real() + os.sep):
+                return f"{shown} is a symlink to a file outside the project ({real})"
+        return None
+
+    def root_real(self) -> str:
+        """The project root with symlinks resolved, once per workspace."""
+        if self.real_root is None:
+            self.real_root = os.path.realpath(self.root)
+        return self.real_root
 
     def read_site(self) -> tuple[str, str]:
         """Return (shown path, text) of site.yml, or raise InputError: without it there is no project."""
@@ -228,6 +258,31 @@ class Workspace:
         if own.is_dir() and own.resolve() != packaged.resolve():
             return (own, packaged)
         return (packaged,)
+
+    def check_theme(self, own: Path | None) -> None:
+        """Refuse a site's own theme folder holding a file that is not a regular file inside the project.
+
+        Its templates are rendered and its static files published: a symlink there could publish
+        any file of the machine.
+        """
+        if own is None:
+            return
+        problems = Problems()
+        for folder, dirs, names in os.walk(own):
+            for name in sorted(names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+                path = Path(folder, name)
+                shown = f"{display_path(path.parent, self.root)}/{name}"  # the link itself, not what it names
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    problems.add(Mark(shown), f"{shown} is a broken symlink")
+                    continue
+                real = os.path.realpath(path)
+                if not real.startswith(self.root_real() + os.sep):
+                    problems.add(Mark(shown), f"{shown} is a symlink to a file outside the project ({real})")
+                elif not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+                    problems.add(Mark(shown), f"{shown} is not a regular file")
+        problems.raise_if_any()
 
     # ------------------------------------------------------------------ caches
 

@@ -113,3 +113,15 @@ def test_an_artifact_that_is_not_a_small_regular_file_fails_the_run_and_is_not_k
     run = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("art.py"))
     assert result.returncode == 1 and (run["status"], run["reason"]) == ("failed", reason)
     assert run["artifacts"] == [] and not list((sample_site / ".infralens/runs").rglob("out.txt"))
+
+
+@pytest.mark.cli
+def test_a_manifest_over_a_mebibyte_is_refused_before_it_is_parsed(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text() + "# padding\n" * 120_000)
+    result = run_infralens("build", cwd=sample_site)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "labs/lab-01-sample.yml:1:1: error: labs/lab-01-sample.yml is 1,200,xxx bytes; a manifest or site file is at most 1,048,576"
+        .replace("1,200,xxx", f"{manifest.stat().st_size:,}")
+    )
