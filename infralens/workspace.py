@@ -369,6 +369,13 @@ class Workspace:
                 try:
                     for leftover in sorted(parent.glob(f".{self.out.name}.new-*")):
                         Staging(leftover).recover(self.out.absolute())
+                    # InfraLens 1 swapped whole folders and, killed between its two renames, left
+                    # the old site only in .output.old-*: put it back, or drop it if output/ is there.
+                    for leftover in sorted(parent.glob(f".{self.out.name}.old-*")):
+                        if self.out.exists():
+                            shutil.rmtree(leftover)
+                        else:
+                            os.rename(leftover, self.out)
                 except OSError as exc:
                     raise InputError([Problem(Mark(str(self.out)), f"cannot finish the commit of a build that was killed: {exc.strerror or exc}")]) from None
                 yield

@@ -226,7 +226,7 @@ def rss_mb(pid: int) -> float:
 class Capture:
     """Keeps the head and the tail of a stream, and counts it."""
 
-    def __init__(self, head: int = 2 * MiB, tail: int = 256 * KiB) -> None:
+    def __init__(self, head: int = 16 * MiB, tail: int = 256 * KiB) -> None:
         self.head, self.tail, self.total = bytearray(), bytearray(), 0
         self.head_cap, self.tail_cap = head, tail
 
@@ -1333,8 +1333,12 @@ def chmod_tree(path: Path, mode: int) -> None:
 
 add("dataloss", "output/ read-only (root without DAC override)",
     lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output", 0o555), drop_dac=True), quick=True)
-add("dataloss", "output/static read-only, the rest writable (partial commit?)",
-    lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output" / "static", 0o555), drop_dac=True), quick=True)
+add("dataloss", "output/static read-only, the rest writable",
+    lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output" / "static", 0o555), drop_dac=True, expect="either"))
+add("dataloss", "output/labs/lab-02-notes read-only, the rest writable (partial commit?)",
+    lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output" / "labs" / "lab-02-notes", 0o555), drop_dac=True), quick=True)
+add("dataloss", "output/code/lab-02-notes read-only, the rest writable (partial commit?)",
+    lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output" / "code" / "lab-02-notes", 0o555), drop_dac=True))
 add("dataloss", "output/search read-only, the rest writable (partial commit?)",
     lambda ctx: failed_build_keeps_output(ctx, lambda s: chmod_tree(s / "output" / "search", 0o555), drop_dac=True))
 
@@ -1711,7 +1715,7 @@ add("amplification", "block mapping nesting by indentation, depth 2,000", amp_ca
 add("amplification", "50 MB plain scalar title", amp_case(lambda s: sub_lab1(s, "title: Sample KV bytes", "title: " + "t" * (50 * MiB)), expect="error", rss=900), cost=5)
 add("amplification", "20 MB double-quoted scalar of \\u escapes", amp_case(lambda s: sub_lab1(s, "title: Sample KV bytes", 'title: "' + "\\u00e9" * (4 * MiB) + '"'), expect="error", rss=900), cost=4)
 add("amplification", "1,000,000-item list", amp_case(add_to_lab1("big:\n" + "- x\n" * 1_000_000), expect="error"), quick=True, cost=4)
-add("amplification", "1,000,000 comment lines around a valid manifest", amp_case(lambda s: write_lab1(s, "# c\n" * 500_000 + LAB1 + "# c\n" * 500_000), expect="ok"), cost=4)
+add("amplification", "1,000,000 comment lines around a valid manifest", amp_case(lambda s: write_lab1(s, "# c\n" * 500_000 + LAB1 + "# c\n" * 500_000), expect="either"), cost=4)
 add("amplification", "40,000 unknown keys (one error each?)", amp_case(add_to_lab1("".join(f"unknown_{i}: {i}\n" for i in range(40_000))), expect="error", secs=30), cost=8)
 add("amplification", "20,000 duplicate keys", amp_case(add_to_lab1("".join("title: again\n" for _ in range(20_000))), expect="error", secs=30), cost=5)
 
@@ -1789,9 +1793,9 @@ def _(ctx: Ctx) -> str:
     figures = " ".join(f"{i}.{i % 97}" for i in range(20_000))
     text = mini_lab(1, "lab-01-x", run="{timeout: 30, expect: ['ok']}", prose=yq(figures))
     site = ctx.site({"lab-01-x": (text, {"code/lab-01-x/main.py": 'print("ok")\nprint("z" * 1_000_000)\n'})})
-    res = ctx.il("check", "--no-cache", cwd=site, timeout=90)
+    res = ctx.il("check", "--no-cache", cwd=site, timeout=60)
     expect_no_crash(res, "check")
-    bound(res, "check", secs=60, rss=900)
+    bound(res, "check", secs=50, rss=900)
     return f"check exit {res.rc} in {res.secs:.1f}s"
 
 
@@ -1822,7 +1826,7 @@ def _(ctx: Ctx) -> str:
 def _(ctx: Ctx) -> str:
     code = "".join(f"v{i} = {i}\n" for i in range(5000))
     blocks = "".join(f"  - name: b{i}\n    lines: \"{i + 1}\"\n    note: Note {i}.\n" for i in range(5000))
-    text = mini_lab(1, "lab-01-x", run="{expect: ['']}", preview="lines: 1-5000").replace(
+    text = mini_lab(1, "lab-01-x", run="false", preview="lines: 1-5000").replace(
         "key_blocks:\n  - name: first\n    lines: \"1-1\"\n    note: Note.\n", "key_blocks:\n" + blocks)
     site = ctx.site({"lab-01-x": (text, {"code/lab-01-x/main.py": code})})
     res = ctx.il("build", cwd=site, timeout=180)
@@ -1872,11 +1876,13 @@ def lab1_bytes(data: bytes):
 
 
 LAB1_B = LAB1.encode()
+APPENDED = LAB1.count("\n") + 1
+"""The line a text appended to the sample manifest starts on."""
 YAML_CASES = [
     # tags
-    ("python tag running os.system", add_to_lab1('x: !!python/object/apply:os.system ["touch /tmp/pwned"]\n'), dict(line=36, quick=True)),
+    ("python tag running os.system", add_to_lab1('x: !!python/object/apply:os.system ["touch /tmp/pwned"]\n'), dict(line=APPENDED, quick=True)),
     ("tag on a key", lambda s: sub_lab1(s, "title: Sample", "!!str title: Sample"), dict(line=2)),
-    ("tag on a mapping", add_to_lab1("titles: !!map {key_blocks: X}\n"), dict(line=36)),
+    ("tag on a mapping", add_to_lab1("titles: !!map {key_blocks: X}\n"), dict(line=APPENDED)),
     ("local tag !foo", lambda s: sub_lab1(s, "title: Sample KV bytes", "title: !foo Sample KV bytes"), dict(line=2)),
     ("verbatim tag", lambda s: sub_lab1(s, "title: Sample KV bytes", "title: !<tag:yaml.org,2002:str> Sample"), dict(line=2)),
     ("%TAG directive and a shorthand tag", lambda s: write_lab1(s, "%TAG !e! tag:yaml.org,2002:\n---\n" + LAB1.replace("title: Sample KV bytes", "title: !e!str Sample")), dict(line=4)),
@@ -1885,7 +1891,7 @@ YAML_CASES = [
     ("tag on an alias anchor", add_to_lab1("a: &x !!str t\nb: *x\n"), dict()),
     ("non-specific tag ! on a number", lambda s: sub_lab1(s, "title: Sample KV bytes", "title: ! 123"), dict(expect="either")),
     # merge keys, anchors
-    ("merge key <<", add_to_lab1("<<: {topic: X}\n"), dict(line=36, quick=True)),
+    ("merge key <<", add_to_lab1("<<: {topic: X}\n"), dict(line=APPENDED, quick=True)),
     ("merge key list of aliases", lambda s: write_lab1(s, "x1: &a {topic: X}\n" + LAB1 + "<<: [*a, *a]\n"), dict()),
     ("quoted '<<' key", add_to_lab1('"<<": x\n'), dict()),
     ("undefined alias", add_to_lab1("x: *nope\n"), dict()),
@@ -1914,7 +1920,7 @@ YAML_CASES = [
     ("timestamp with offset +99:00", lambda s: sub_lab1(s, "title: Sample KV bytes", "title: 2024-01-01 10:00:00 +99:00"), dict()),
     ("valid date as a title", lambda s: sub_lab1(s, "title: Sample KV bytes", "title: 2024-01-01"), dict()),
     # duplicates
-    ("duplicate top-level key", add_to_lab1("title: Again\n"), dict(line=36, quick=True)),
+    ("duplicate top-level key", add_to_lab1("title: Again\n"), dict(line=APPENDED, quick=True)),
     ("duplicate key inside a starter", lambda s: sub_lab1(s, "    role: Prints", "    role: Twice.\n    role: Prints"), dict()),
     ("duplicate track ids in site.yml", lambda s: (s / "site.yml").write_text(SITE_YML + "  - id: basics\n    title: Again\n"), dict()),
     # encodings and characters
@@ -2014,12 +2020,12 @@ FS_CASES = [
     ("a symlink to /dev/zero beside a starter", lambda s: (s / "code/lab-01-sample/zero").symlink_to("/dev/zero"), dict(expect="ok")),
     ("a symlink loop folder beside a starter", lambda s: (s / "code/lab-01-sample/loop").symlink_to("."), dict(expect="ok")),
     ("an unreadable file beside a starter (no DAC override)", lambda s: ((s / "code/lab-01-sample/secret.txt").write_text("s"), os.chmod(s / "code/lab-01-sample/secret.txt", 0)), dict(expect="either", drop_dac=True)),
-    ("templates/ with a broken template", lambda s: ((s / "templates").mkdir(), (s / "templates/base.html").write_text("{% if %}")), dict()),
+    ("templates/ with a broken template", lambda s: ((s / "templates").mkdir(), (s / "templates/base.html").write_text("{% if %}")), dict(check="either")),
     ("templates/ is a symlink loop", lambda s: (s / "templates").symlink_to("templates"), dict(expect="either")),
 ]
 
 
-def fs_case(mutate, *, expect="error", drop_dac=False):
+def fs_case(mutate, *, expect="error", drop_dac=False, check="same"):
     def fn(ctx: Ctx) -> str:
         site = ctx.sample()
         build_ok(ctx, site)
@@ -2037,7 +2043,7 @@ def fs_case(mutate, *, expect="error", drop_dac=False):
         if not ok and tree(site / "output") != before:
             raise Fail(f"failed build changed output/: {tree_diff(before, tree(site / 'output'))}")
         chk = ctx.il("check", cwd=site, timeout=20, drop_dac=drop_dac)
-        if ok:
+        if ok or check == "either":
             expect_no_crash(chk, "check")
         else:
             expect_error(chk, "check")

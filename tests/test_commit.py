@@ -201,3 +201,13 @@ def test_a_build_killed_during_its_commit_is_finished_by_the_next_build(kill_at:
     assert result.returncode == 0, result.stderr
     assert tree(ws.out) == after, "the next build did not finish the killed commit"
     assert leftovers(ws.out) == []
+
+
+def test_the_old_site_a_killed_version_1_build_left_aside_is_put_back(tmp_path: Path) -> None:
+    ws, before, _ = changed_site(tmp_path)
+    aside = ws.out.parent / f".{ws.out.name}.old-k1ll3d"
+    os.rename(ws.out, aside)  # killed between its two renames: no output/ at all
+    (ws.root / "site.yml").write_text("title: [broken\n")
+    with pytest.raises(InputError):
+        build(Workspace.open(ws.site_file, ws.out, ws.cache), session=Session(jobs=1))
+    assert tree(ws.out) == before and not aside.exists()  # the old site is back, though this build failed
