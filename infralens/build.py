@@ -27,6 +27,12 @@ PARALLEL_FROM = 24
 """Below this many labs to parse or render, a pool of processes costs more than it saves."""
 
 SEARCH_INDEX = "search-index.js"
+
+SITE_MARKER = ".infralens-site"
+"""A file every build writes into output/: a folder without it (and without a build on record) holds
+someone else's files, which a build would remove as strays, so it is refused."""
+
+MARKER_TEXT = "Written by `infralens build`, which removes any file in this folder that the site does not have.\n"
 """Where the search index goes under output/; templates/_search.html points the search box at it."""
 
 STATE_FORMAT = "build-state-1"
@@ -143,6 +149,8 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
 
 def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> BuildSummary:
     state = session.state_for(ws)
+    if not (state.units or state.shared):
+        ws.check_not_foreign(SITE_MARKER)
     site_state = state.site
     site, manifests, cards, parsed, theme, units = prepare(ws, state, session)
     kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
@@ -496,6 +504,7 @@ def write_shared(
         staging.write(path, _WORKER["renderer"].render_index(site, ordered, runs))
 
     stage("index.html", index_key, index_file)
+    stage(SITE_MARKER, digest(MARKER_TEXT), lambda path: staging.write(path, MARKER_TEXT))
     def chunk_file(path: str, number: int, members: list[Unit]) -> None:
         from infralens.search import chunk_script
 

@@ -341,6 +341,23 @@ class Workspace:
         if project == out or project.is_relative_to(out) or any((out / name).exists() for name in ("site.yml", ".git", "pyproject.toml")):
             raise InputError([Problem(Mark(str(self.out)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
 
+    def check_not_foreign(self, marker: str) -> None:
+        """Refuse to build into a folder of someone else's files: a build removes every file the site
+        does not have, so `--out docs` would delete a docs/ folder's contents.
+
+        A folder is the site's when it is missing, empty, or holds the marker every build writes.
+        """
+        try:
+            if not self.out.is_dir() or (self.out / marker).exists() or next(os.scandir(self.out), None) is None:
+                return
+        except OSError:
+            return  # unreadable: the commit says so in its own words
+        raise InputError([Problem(
+            Mark(str(self.out)),
+            f"refusing to build into {self.out}: it holds files `infralens build` did not write, and a build removes every "
+            f"file its site does not have; choose a new or empty folder (or delete this one if it is an old build)",
+        )])
+
     def output_state_key(self) -> str:
         return digest("output", str(self.out.resolve()))
 

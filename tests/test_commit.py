@@ -211,3 +211,19 @@ def test_the_old_site_a_killed_version_1_build_left_aside_is_put_back(tmp_path: 
     with pytest.raises(InputError):
         build(Workspace.open(ws.site_file, ws.out, ws.cache), session=Session(jobs=1))
     assert tree(ws.out) == before and not aside.exists()  # the old site is back, though this build failed
+
+
+def test_a_folder_of_someone_elses_files_is_refused_not_emptied(sample_site: Path) -> None:
+    docs = sample_site / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("a page the user wrote")
+    result = run_infralens("build", "--out", "docs", cwd=sample_site)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0].startswith("docs:1:1: error: refusing to build into docs: it holds files `infralens build` did not write")
+    assert [p.name for p in docs.iterdir()] == ["notes.txt"]
+    # A folder a build wrote is the site's, whatever the cache remembers: its strays go.
+    assert run_infralens("build", "--out", "site-out", cwd=sample_site).returncode == 0
+    shutil.rmtree(sample_site / ".infralens")
+    (sample_site / "site-out/stray.txt").write_text("left by an older build")
+    assert run_infralens("build", "--out", "site-out", cwd=sample_site).returncode == 0
+    assert not (sample_site / "site-out/stray.txt").exists() and (sample_site / "site-out/.infralens-site").exists()
