@@ -91,6 +91,58 @@ FEATURES = {"mountns": False, "cgroup": False}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+LAUNCHER = r"""
+import os, signal, sys
+report, argv = sys.argv[1], sys.argv[2:]
+caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+for sig in caught:
+    signal.signal(sig, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    for sig in caught:
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"launcher: cannot run {argv[0]}: {exc}\n".encode())
+        os._exit(127)
+with open(report + ".pid", "w") as handle:
+    handle.write(str(pid))
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as handle:
+    handle.write(str(usage.ru_maxrss))
+if os.WIFSIGNALED(status):
+    sig = os.WTERMSIG(status)
+    if sig in caught:
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+"""
+"""Runs a command as its child and reports the child's peak RSS. A process forked from the harness
+inherits the harness's resident pages in its high-water mark (ru_maxrss survives exec), so the
+command is forked from this small process instead. It ignores the signals the harness sends (the
+harness signals the command's own pid, or the whole process group), and dies as its child died."""
+
+LAUNCHER_PATH: Path | None = None
+_launch_counter = [0]
+_launch_lock = threading.Lock()
+
+
+def launched(argv, folder: Path) -> tuple[list, Path]:
+    """Return argv wrapped in the launcher, and the file it reports the peak RSS (KiB) into."""
+    with _launch_lock:
+        _launch_counter[0] += 1
+        report = folder / f"rss-{_launch_counter[0]}"
+    return [sys.executable, "-I", "-S", str(LAUNCHER_PATH), str(report), *argv], report
+
+
+def reported_rss(report: Path | None) -> float:
+    try:
+        return int(report.read_text()) / 1024 if report else 0.0
+    except (OSError, ValueError):
+        return 0.0
+
+
 def make_preexec(*, binds=(), cgroup_files=(), as_limit: int | None = AS_LIMIT, drop_dac=False):
     binds = tuple((os.fsencode(src), os.fsencode(dst)) for src, dst in binds)
     cgroup_files = tuple(str(f) for f in cgroup_files)
@@ -267,7 +319,7 @@ class Res:
         words = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in self.argv]
         if words[:len(INFRALENS)] == INFRALENS:
             words = ["infralens"] + words[len(INFRALENS):]
-        shown = " ".join(w if len(w) <= 40 else w[:37] + "..." for w in words[:7])
+        shown = " ".join(w if len(w) <= 40 else w[:37] + "..." for w in words[:10])
         return json.dumps(shown)[1:-1]
 
     def brief(self) -> str:
@@ -290,7 +342,10 @@ def _finish_status(status) -> int | None:
     return os.waitstatus_to_exitcode(status)
 
 
-def run_process(argv, *, cwd, env, timeout: float, preexec=None, stdin_data: bytes | None = None) -> Res:
+def run_process(argv, *, cwd, env, timeout: float, preexec=None, stdin_data: bytes | None = None, folder: Path | None = None) -> Res:
+    shown, report = argv, None
+    if LAUNCHER_PATH and folder is not None:
+        argv, report = launched(argv, folder)
     start = time.monotonic()
     proc = subprocess.Popen(
         argv, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -349,9 +404,10 @@ def run_process(argv, *, cwd, env, timeout: float, preexec=None, stdin_data: byt
             except OSError:
                 pass
     cap_out, cap_err = list(captures.values())
+    rss = reported_rss(report) if report else ((rusage.ru_maxrss / 1024) if rusage else 0.0)
     return Res(
-        list(argv), rc, cap_out.text(), cap_err.text(), (exited or time.monotonic()) - start, timed_out,
-        (rusage.ru_maxrss / 1024) if rusage else 0.0, cap_out.total, cap_err.total, timeout,
+        list(shown), rc, cap_out.text(), cap_err.text(), (exited or time.monotonic()) - start, timed_out,
+        rss, cap_out.total, cap_err.total, timeout,
     )
 
 
@@ -366,20 +422,31 @@ class Proc:
             Proc.counter += 1
             number = Proc.counter
         self.argv = list(argv)
+        self.report = None
+        if LAUNCHER_PATH:
+            argv, self.report = launched(argv, logs)
         self.out_path, self.err_path = logs / f"p{number}.out", logs / f"p{number}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                       start_new_session=True, preexec_fn=preexec)
-        self.pid = self.p.pid
+        self.group = self.pid = self.p.pid
         self.start = time.monotonic()
         self.status = self.rusage = self.ended = None
+        if self.report:  # signals and /proc readings go to the command itself, not to the launcher
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not self.poll():
+                try:
+                    self.pid = int(Path(str(self.report) + ".pid").read_text())
+                    break
+                except (OSError, ValueError):
+                    time.sleep(0.005)
 
     def poll(self) -> bool:
         if self.status is None:
             try:
-                pid, st, ru = os.wait4(self.pid, os.WNOHANG)
+                pid, st, ru = os.wait4(self.group, os.WNOHANG)
             except ChildProcessError:
-                pid, st, ru = self.pid, 0, None
+                pid, st, ru = self.group, 0, None
             if pid:
                 self.status, self.rusage, self.ended = st, ru, time.monotonic()
                 self.p.returncode = _finish_status(st)
@@ -395,9 +462,9 @@ class Proc:
         return self.result(timed_out, timeout)
 
     def result(self, timed_out: bool = False, bound: float = 0.0) -> Res:
+        rss = reported_rss(self.report) if self.report else ((self.rusage.ru_maxrss / 1024) if self.rusage else 0.0)
         return Res(self.argv, _finish_status(self.status), self.text("out"), self.text("err"),
-                   ((self.ended or time.monotonic()) - self.start), timed_out,
-                   (self.rusage.ru_maxrss / 1024) if self.rusage else 0.0, bound=bound)
+                   ((self.ended or time.monotonic()) - self.start), timed_out, rss, bound=bound)
 
     def text(self, which: str) -> str:
         path = self.out_path if which == "out" else self.err_path
@@ -411,7 +478,7 @@ class Proc:
     def send(self, sig: int, group: bool = False) -> None:
         try:
             if group:
-                os.killpg(self.pid, sig)
+                os.killpg(self.group, sig)
             else:
                 os.kill(self.pid, sig)
         except OSError:
@@ -422,6 +489,10 @@ class Proc:
             return
         self.send(signal.SIGKILL, group=True)
         self.send(signal.SIGKILL)
+        try:
+            os.kill(self.group, signal.SIGKILL)
+        except OSError:
+            pass
         deadline = time.monotonic() + 5
         while not self.poll() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -500,7 +571,8 @@ class Ctx:
         return make_preexec(binds=binds, cgroup_files=self.cgroup.files if self.cgroup else (), as_limit=as_limit, drop_dac=drop_dac)
 
     def run(self, argv, *, cwd, timeout=60.0, as_limit=AS_LIMIT, drop_dac=False, env=None, stdin=None) -> Res:
-        return run_process(argv, cwd=cwd, env=env or self.env(), timeout=timeout, preexec=self.preexec(as_limit, drop_dac), stdin_data=stdin)
+        return run_process(argv, cwd=cwd, env=env or self.env(), timeout=timeout, preexec=self.preexec(as_limit, drop_dac), stdin_data=stdin,
+                           folder=self.dir / "logs")
 
     def il(self, *args, cwd, timeout=60.0, **kw) -> Res:
         return self.run(INFRALENS + list(args), cwd=cwd, timeout=timeout, **kw)
@@ -795,6 +867,8 @@ class Baseline:
 
 BASELINE = Baseline()
 SAFE_RELATIVE = re.compile(r"[A-Za-z0-9._~/%-]*")
+SITE_TOP = {"code", "labs", "static", "runs", "search", "index.html", "search-index.js"}
+"""First path segments of the addresses the build makes from file paths."""
 
 
 def page_violations(rel: str, text: str, baseline: Baseline = BASELINE) -> list[str]:
@@ -835,6 +909,9 @@ def page_violations(rel: str, text: str, baseline: Baseline = BASELINE) -> list[
             if external or re.match(r"[a-z][a-z0-9+.-]*:", squeezed) or name == "srcset":
                 continue
             path = value.split("#", 1)[0].split("?", 1)[0]
+            first = next((part for part in path.split("/") if part not in ("", ".", "..")), "")
+            if first not in SITE_TOP:
+                continue  # a relative link the prose wrote, not an address built from a path
             if not SAFE_RELATIVE.fullmatch(path):
                 bad.append(f"{rel}:{line}: <{tag} {name}={json.dumps(value[:100])}> is a path that is not percent-encoded")
     return bad
@@ -1192,10 +1269,12 @@ def kill_loop(ctx: Ctx, rounds: int) -> str:
         proc = ctx.spawn_il("build", "--jobs", "2", cwd=site)
         time.sleep(delay)
         proc.send(sig, group=group)
-        got = proc.wait(30)
+        got = proc.wait(15)
         where = f"round {i + 1}: {label} after {delay:.2f}s"
+        if len(problems) >= 3:
+            break
         if got.timed_out:
-            problems.append(f"{where}: build did not stop within 30 s")
+            problems.append(f"{where}: the build did not stop within 15 s (killed)")
         elif traceback_in(got):
             problems.append(f"{where}: {traceback_in(got)} [exit {got.rc}]")
         elif got.rc not in (0, 1, 130, 143, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
@@ -1208,8 +1287,11 @@ def kill_loop(ctx: Ctx, rounds: int) -> str:
             lost = [k for k in old_tree if k in new_tree and k not in now]
             if mixed or lost:
                 problems.append(f"{where}: output/ is neither the old nor the new site per file (foreign: {mixed[:2]}, lost: {lost[:2]})")
-        time.sleep(0.3)  # let orphaned pool workers notice their parent is gone
-        repair = ctx.il("build", "--jobs", "2", cwd=site, timeout=120)
+        left = wait_gone(ctx, 2.0)  # orphaned pool workers get 2 s to notice their parent is gone
+        if left:
+            problems.append(f"{where}: {len(left)} process(es) of the interrupted build live on, e.g. {next(iter(left.values()))[:80]!r}")
+        repair = ctx.il("build", "--jobs", "2", cwd=site, timeout=30)
+        ctx.kill_everything()
         try:
             expect_success(repair, f"{where}: the next build")
         except Fail as exc:
@@ -1221,10 +1303,64 @@ def kill_loop(ctx: Ctx, rounds: int) -> str:
         if stale:
             problems.append(f"{where}: staging folder left after the next build: {stale[0].name}")
     if problems:
-        raise Fail(f"{len(problems)}/{rounds} rounds broke the contract; first: {problems[0]}" + (f"; also: {problems[1]}" if len(problems) > 1 else ""))
+        raise Fail(f"{len(problems)} of {i + 1} rounds broke the contract (stopped at 3); first: {problems[0]}" + "".join(f"; also: {p}" for p in problems[1:3]))
     return f"{rounds} rounds, kill window {span:.2f}s"
 
 
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                data = Path(f"/proc/{entry}/stat").read_bytes()
+                if int(data[data.rfind(b")") + 2 :].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def signal_during_pool(ctx: Ctx, sig: int, group: bool) -> str:
+    """Signal a cold 30-lab build once its worker processes exist; then the next build must repair output/."""
+    site = gen_site(ctx, 30)
+    ref = reference_tree(ctx, site, "new")
+    name = signal.Signals(sig).name + (" to the process group (Ctrl-C)" if group else "")
+    for attempt in range(5):
+        shutil.rmtree(site / "output", ignore_errors=True)
+        shutil.rmtree(ctx.dir / "cache", ignore_errors=True)
+        proc = ctx.spawn_il("build", "--jobs", "2", cwd=site)
+        deadline = time.monotonic() + 10
+        workers = []
+        while time.monotonic() < deadline and not proc.poll():
+            workers = children_of(proc.pid)
+            if workers:
+                break
+            time.sleep(0.005)
+        if proc.poll() or not workers:
+            continue
+        proc.send(sig, group=group)
+        got = proc.wait(15)
+        if got.timed_out:
+            raise Fail(f"{name} while the build's {len(workers)} worker processes ran: the build did not stop within 15 s")
+        tb = traceback_in(got)
+        if tb:
+            raise Fail(f"{name} while the build's workers ran: {tb} [exit {got.rc}]")
+        left = wait_gone(ctx, 2.0)
+        nxt = ctx.il("build", "--jobs", "2", cwd=site, timeout=20)
+        ctx.kill_everything()
+        if left:
+            raise Fail(f"{name} while the build's workers ran: {len(left)} worker process(es) live on 2 s later "
+                       f"({next(iter(left.values()))[:60]!r}), and the next build {'hung for 20 s (the orphans hold the output lock)' if nxt.timed_out else f'exited {nxt.rc}'}")
+        expect_success(nxt, f"the build after {name}")
+        if tree(site / "output") != ref:
+            raise Fail(f"after {name} and one more build, output/ differs from a clean build: {tree_diff(ref, tree(site / 'output'))}")
+        return f"stopped ({got.rc}), repaired by the next build"
+    raise Fail("harness: never caught the build while its workers ran (5 attempts)")
+
+
+add("dataloss", "SIGKILL a build while its worker processes run, then build again", lambda ctx: signal_during_pool(ctx, signal.SIGKILL, False), quick=True, cost=25)
+add("dataloss", "SIGTERM a build while its worker processes run, then build again", lambda ctx: signal_during_pool(ctx, signal.SIGTERM, False), cost=25)
+add("dataloss", "Ctrl-C (SIGINT to the group) while the workers run, then build again", lambda ctx: signal_during_pool(ctx, signal.SIGINT, True), cost=25)
 add("dataloss", "kill a build at random moments (SIGINT/SIGTERM/SIGKILL) x20, then repair", lambda ctx: kill_loop(ctx, 20), cost=60)
 add("dataloss", "kill a build at random moments x5 (quick)", lambda ctx: kill_loop(ctx, 5), quick=True, cost=15)
 
@@ -1799,6 +1935,25 @@ def _(ctx: Ctx) -> str:
     return f"check exit {res.rc} in {res.secs:.1f}s"
 
 
+@case("amplification", "one 1 MiB starter listed under 40 spellings (./, //) in one lab", cost=20)
+def _(ctx: Ctx) -> str:
+    lines = "".join(f"value_{i:06d} = {i} * 2  # padding to make a long starter\n" for i in range(20_000))
+    body = ('print("ok")\n' + lines)[: MiB - 1]
+    body = body[: body.rfind("\n") + 1]
+    spellings = [f"code/{'./' * i}lab-01-x/main.py" if i % 2 else f"code/lab-01-x/{'.//' * i}main.py" for i in range(1, 41)]
+    text = mini_lab(1, "lab-01-x", ["code/lab-01-x/main.py"] + spellings, run="{expect: ['ok']}")
+    site = ctx.site({"lab-01-x": (text, {"code/lab-01-x/main.py": body})})
+    res = ctx.il("build", cwd=site, timeout=150)
+    if not expect_either(res, "build"):
+        return "refused"
+    size = sum(f.stat().st_size for f in (site / "output").rglob("*") if f.is_file())
+    bound(res, "build of one starter under 40 spellings", secs=90, rss=1200)
+    if size > 100 * MiB:
+        raise Fail(f"one 1 MiB starter listed under 40 spellings was published 41 times: output/ is {size / MiB:.0f} MB "
+                   f"({res.secs:.1f}s, RSS {res.rss:.0f} MB); spellings are not deduplicated by real path")
+    return f"output {size / MiB:.0f} MB"
+
+
 @case("amplification", "400 labs: cold build, then a no-change build", cost=60)
 def _(ctx: Ctx) -> str:
     site = ctx.site(many_labs(400))
@@ -1945,6 +2100,9 @@ YAML_CASES = [
     ('escape beyond Unicode "\\U00110000"', lambda s: sub_lab1(s, "title: Sample KV bytes", 'title: "\\U00110000"'), dict()),
     ("tab indentation", lambda s: sub_lab1(s, "  - path: code", "\t- path: code"), dict()),
     ("tab after a key", lambda s: sub_lab1(s, "title: Sample", "title:\tSample"), dict(expect="either")),
+    ("homoglyph key (Cyrillic i in title)", lambda s: sub_lab1(s, "title: Sample", "t\u0456tle: Sample"), dict()),
+    ("zero-width space in a key", lambda s: sub_lab1(s, "title: Sample", "ti\u200btle: Sample"), dict()),
+    ("fullwidth colon after a key", lambda s: sub_lab1(s, "title: Sample", "title\uff1a Sample"), dict()),
     # documents and shapes
     ("empty file", lab1_bytes(b""), dict(quick=True)),
     ("whitespace only", lab1_bytes(b"   \n\n  \n"), dict()),
@@ -2158,7 +2316,7 @@ add("serve", "foreign Host headers are refused (DNS rebinding)", serve_case(_hos
 
 ODD_PATHS = [b"/%00", b"/%00/", b"/a%00b.html", b"/index.html%00.js", b"/%ED%A0%80", b"/%C0%AF", b"/%ff", b"/%", b"/%zz",
              b"/" + b"a" * 300, b"/" + b"a/" * 3000, b"/labs/" + b"x" * 256 + b"/", b"/..%2f..%2f..%2fetc%2fpasswd", b"/%2e%2e/%2e%2e/etc/passwd",
-             b"/..\\..\\etc\\passwd", b"/labs/lab-01-sample/index.html/", b"/static/../../../../etc/passwd", b"/\x01\x1b[2J",
+             b"/..\\..\\etc\\passwd", b"/static/../../../../etc/passwd", b"/\x01\x1b[2J",
              b"http://evil.example/", b"*", b"/code/lab-01-sample/kv.py%00.html", b"/%2e%2e%2f%2e%2e%2fsite.yml", b"/../site.yml", b"/ /"]
 
 
@@ -2491,13 +2649,13 @@ add("serve", "output/ deleted while serving, then an edit", serve_case(_output_g
 # class 7: new
 
 
-def new_case(lab_id, title, track: str = "basics", *, prepare: Callable[[Path], None] | None = None):
+def new_case(lab_id, title, track: str = "basics", *, prepare: Callable[[Path], None] | None = None, drop_dac: bool = False):
     def fn(ctx: Ctx) -> str:
         site = ctx.sample()
         if prepare:
             prepare(site)
         before = inputs_tree(site)
-        res = ctx.il("new", "--track", track, "--title", title, "--", lab_id, cwd=site, timeout=30)
+        res = ctx.il("new", "--track", track, "--title", title, "--", lab_id, cwd=site, timeout=30, drop_dac=drop_dac)
         if res.rc != 0 or res.timed_out:
             expect_error(res, "new")
             if inputs_tree(site) != before:
@@ -2564,6 +2722,11 @@ def _yaml_twin(site: Path) -> None:
 add("new", "id already used by a .yaml manifest with another number", new_case("lab-15-twin", "Twin", prepare=_yaml_twin), quick=True, cost=3)
 add("new", "site.yml broken", new_case("lab-15-x", "A title", prepare=lambda s: (s / "site.yml").write_text("title: [")), cost=3)
 add("new", "site with no labs yet", new_case("lab-01-first", "First", prepare=lambda s: [p.unlink() for p in (s / "labs").glob("*.yml")]), cost=3)
+
+
+add("new", "code/<id> is a dangling symlink", new_case("lab-15-dangle", "Dangle", prepare=lambda s: (s / "code/lab-15-dangle").symlink_to("../../elsewhere")), quick=True, cost=3)
+add("new", "labs/ read-only (root without DAC override)", new_case("lab-15-ro", "Read-only", prepare=lambda s: os.chmod(s / "labs", 0o555), drop_dac=True), cost=3)
+add("new", "code/ read-only (root without DAC override)", new_case("lab-15-ro", "Read-only", prepare=lambda s: os.chmod(s / "code", 0o555), drop_dac=True), cost=3)
 
 
 @case("new", "the same id twice: second refused, first untouched")
@@ -2729,7 +2892,7 @@ def compute_baseline(root: Path) -> None:
     site = root / "baseline-site"
     shutil.copytree(SAMPLE, site, ignore=shutil.ignore_patterns(".infralens", "output"))
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(root), "TMPDIR": str(root), "INFRALENS_CACHE_DIR": str(root / "baseline-cache"), "LANG": "C.UTF-8"}
-    res = run_process(INFRALENS + ["build"], cwd=site, env=env, timeout=120, preexec=make_preexec())
+    res = run_process(INFRALENS + ["build"], cwd=site, env=env, timeout=120, preexec=make_preexec(), folder=root)
     if res.rc != 0:
         sys.exit(f"attack: the baseline build of tests/sites/sample failed; nothing to judge against:\n{res.err}")
     for path in (site / "output").rglob("*.html"):
@@ -2852,6 +3015,9 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="infralens-attack-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     var_tmp, dev_shm = listing("/var/tmp"), listing("/dev/shm")
     git_before = git_status()
+    global LAUNCHER_PATH
+    LAUNCHER_PATH = root / "launcher.py"
+    LAUNCHER_PATH.write_text(LAUNCHER)
     probe_features(root)
     compute_baseline(root)
     print(f"attack: {len(cases)} cases, {args.jobs} at a time, seed {seed}, folder {root}; "
@@ -2894,6 +3060,11 @@ def main() -> int:
     total = len(outcomes)
     held = sum(o.ok for o in outcomes)
     print(f"{'total':16} {total:6} {held:6} {total - held:7}   ({time.monotonic() - started:.0f} s, seed {seed})")
+    measured = [o for o in outcomes if o.case.cls == "amplification" and o.ok]
+    if measured:
+        print("\namplification cases that held (time, peak RSS of the command):")
+        for o in sorted(measured, key=lambda o: o.case.name):
+            print(f"  {o.case.name[:70]:70} {o.detail[:90]}")
     failed = [o for o in outcomes if not o.ok]
     if failed:
         print("\nfailed cases:")
