@@ -11,6 +11,7 @@ cores. The workspace does every read and write; the stages between are pure.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -649,11 +650,35 @@ class Session:
         return self._pool_map(function, items, context)
 
     def _pool_map(self, function, items: list, context: RenderContext | None) -> Iterator:
-        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("fork"), initializer=use_context if context else None, initargs=(context,) if context else ())
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("fork"), initializer=start_worker, initargs=(os.getpid(), context))
         try:
             yield from pool.map(function, items, chunksize=max(1, min(16, len(items) // (self.jobs * 4))))
         finally:
             pool.shutdown(cancel_futures=True)
+
+
+def start_worker(parent: int, context: RenderContext | None) -> None:
+    """Set up a render worker: it dies with the build, leaves Ctrl-C to it, and knows the context.
+
+    A worker shares the build's open lock file (fork): one that outlived a killed build would keep
+    every later build waiting. Linux kills it when the build dies (PR_SET_PDEATHSIG); elsewhere
+    the pool's own shutdown is the bound.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops its workers itself, and says so once
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the build died before the line above took effect
+        os._exit(1)
+    if context is not None:
+        use_context(context)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 # ---------------------------------------------------------------------------------- for check, links and tests

@@ -34,6 +34,11 @@ def report(exc: InputError) -> None:
     click.echo(f"{count} error{'s' if count != 1 else ''}", err=True)
 
 
+def stopped_by_signal(signum, frame) -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so that it stops a command the way Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="infralens")
 def main() -> None:
@@ -49,11 +54,15 @@ def main() -> None:
 @CACHE_OPTION
 def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | None, cache_dir: Path | None) -> None:
     """Build the static site from site.yml, labs/ and code/; only labs whose inputs changed are rendered again."""
+    signal.signal(signal.SIGTERM, stopped_by_signal)  # a killed build undoes its commit, as Ctrl-C does
     try:
         summary = build_site(Workspace.open(site_path, out_dir, cache_dir), strict=strict, full=full, session=Session(jobs=jobs))
     except InputError as exc:
         report(exc)
         sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo(f"stopped: {out_dir} is as it was", err=True)
+        sys.exit(130)
     removed = f", removed {summary.removed} files" if summary.removed else ""
     click.echo(
         f"built {summary.labs} lab{'s' if summary.labs != 1 else ''} ({summary.rendered} rendered): wrote {summary.pages} pages and "
@@ -108,10 +117,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
-    def interrupted(signum, frame) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupted)  # SIGTERM stops the starters as Ctrl-C does
+    signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
         results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail)
     except KeyboardInterrupt:

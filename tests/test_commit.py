@@ -227,3 +227,67 @@ def test_a_folder_of_someone_elses_files_is_refused_not_emptied(sample_site: Pat
     (sample_site / "site-out/stray.txt").write_text("left by an older build")
     assert run_infralens("build", "--out", "site-out", cwd=sample_site).returncode == 0
     assert not (sample_site / "site-out/stray.txt").exists() and (sample_site / "site-out/.infralens-site").exists()
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def many_labs(tmp_path: Path) -> Path:
+    """A site of 60 generated labs: enough for a build to render them in worker processes."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("synthetic", REPO / "bench/synthetic.py")
+    synthetic = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("synthetic", synthetic)  # its dataclasses look their module up
+    spec.loader.exec_module(sys.modules["synthetic"])
+    synthetic = sys.modules["synthetic"]
+    root = tmp_path / "site"
+    synthetic.generate(root, 60)
+    return root
+
+
+@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM to the group", "SIGKILL to the build"])
+def test_a_build_stopped_while_its_workers_render_leaves_no_worker_and_no_lock(how: str, many_labs: Path, tmp_path: Path) -> None:
+    import time
+
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    command = [sys.executable, "-m", "infralens", "build", "--full", "--jobs", "2", "--out", str(out), "--cache-dir", str(cache)]
+    assert subprocess.run(command, cwd=many_labs, capture_output=True, timeout=300).returncode == 0
+    before = tree(out)
+    process = subprocess.Popen(command, cwd=many_labs, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(workers := children(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(workers) >= 2, "the build never started its workers"
+    signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}[how.split()[0]]
+    if how.endswith("group"):
+        os.killpg(process.pid, signum)
+    else:
+        os.kill(process.pid, signum)
+    stdout, stderr = process.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived its build"
+    if signum == signal.SIGKILL:
+        assert process.returncode == -signal.SIGKILL
+    else:
+        assert (process.returncode, stderr) == (130, f"stopped: {out} is as it was\n")
+        assert tree(out) == before
+    # Nothing holds the lock: the next build runs at once and leaves the full site.
+    again = subprocess.run(command, cwd=many_labs, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert leftovers(out) == []
