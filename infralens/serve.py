@@ -12,14 +12,19 @@ written into output/.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import queue
+import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 from infralens.build import Session, build, renderer_for
 from infralens.errors import InputError
@@ -76,14 +81,44 @@ def overlay(ws: Workspace, session: Session, errors: list[str]) -> tuple[str, st
     return renderer_for(session.theme(ws)).render_serve_overlay(errors, STATE_PATH)
 
 
+class RequestReader(io.RawIOBase):
+    """A connection's incoming bytes, each read given only what is left of the request's deadline.
+
+    The socket's own timeout is per read, so a client sending one byte just inside it would hold its
+    connection (and a thread) for good; a deadline for the whole request line and headers does not.
+    """
+
+    def __init__(self, connection: socket.socket, timeout: float) -> None:
+        self.connection = connection
+        self.timeout = timeout
+        self.deadline: float | None = None
+        """When the request being read must be in (time.monotonic()); None once its headers are."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:
+            self.connection.settimeout(self.timeout)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request line and headers took longer than the timeout")
+            self.connection.settimeout(left)
+        return self.connection.recv_into(buffer)
+
+
 class Handler(SimpleHTTPRequestHandler):
     """Serves output/, the state endpoint, and HTML with the reload script and any error banner.
 
     A development server on loopback, made safe for what a browser can be tricked into sending it:
     a Host header other than the loopback one is refused (DNS rebinding), a path that cannot name a
-    file (a NUL byte) gets 400 instead of a dropped connection, a folder without its trailing slash
-    is redirected so the page's relative links work, HEAD answers as GET would, and a client that
-    stalls is dropped after `timeout` seconds instead of holding a thread for good.
+    file gets an answer (400 for a NUL byte, 404 for a name too long or not UTF-8) instead of a
+    dropped connection, a folder with a page and without its trailing slash is redirected to its
+    own path on this server so the page's relative links work, a folder without a page is not
+    listed (404, as on a static host), HEAD answers as GET would, no answer may be MIME-sniffed, and
+    a client must send its request line and headers within `timeout` seconds (each read as well)
+    instead of holding a thread for good.
     """
 
     timeout = 30
@@ -92,8 +127,29 @@ class Handler(SimpleHTTPRequestHandler):
         self.state = state
         super().__init__(*args, directory=directory, **kwargs)
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the base class's reader, replaced by one that keeps the deadline
+        self.reader = RequestReader(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        # Keep-alive: each request gets its own deadline, counted from when the server waits for it.
+        self.reader.deadline = time.monotonic() + self.timeout
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()
+        finally:
+            self.reader.deadline = None
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
         pass  # the terminal shows rebuilds, not every request
+
+    def end_headers(self) -> None:
+        self.send_header("X-Content-Type-Options", "nosniff")
+        super().end_headers()
 
     def do_GET(self) -> None:
         self.answer(head=False)
@@ -105,7 +161,8 @@ class Handler(SimpleHTTPRequestHandler):
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
         if host not in ("127.0.0.1", "localhost", "::1"):
             return self.send_error(421, "infralens serve answers only requests for 127.0.0.1 or localhost")
-        if self.path.split("?")[0] == STATE_PATH:
+        url_path, _, query = self.path.partition("?")
+        if url_path == STATE_PATH:
             return self.send_body(json.dumps(self.state.snapshot()).encode(), "application/json", head)
         with self.state.lock:
             banner, script, failed = self.state.overlay
@@ -114,25 +171,44 @@ class Handler(SimpleHTTPRequestHandler):
         if "\x00" in translated:  # no file has that name, and open() would raise
             return self.send_error(400, "bad path")
         path = Path(translated)
-        is_dir, is_file, exists = path.is_dir(), path.is_file(), path.exists()
-        if is_dir and not self.path.split("?")[0].endswith("/"):
-            self.send_response(301)
-            self.send_header("Location", self.path.split("?")[0] + "/")
-            self.send_header("Content-Length", "0")
-            return self.end_headers()
-        if is_dir:
-            path = path / "index.html"
-            is_file = path.is_file()
-        if path.suffix == ".html" and is_file:
-            html = path.read_text(encoding="utf-8")
-            body_open = html.find(">", html.find("<body")) + 1
-            html = html[:body_open] + (banner if errors else "") + html[body_open:]
-            html = html.replace("</body>", script + "</body>", 1)
-            return self.send_body(html.encode(), "text/html; charset=utf-8", head)
-        if errors and not exists:
+        try:
+            folder = path.is_dir()
+            if folder:
+                path = path / "index.html"
+                if path.is_file() and not url_path.endswith("/"):
+                    return self.redirect_to_folder(path.parent, query)
+            # A file named with a trailing slash is not found, though Path drops the slash.
+            found = path.is_file() and (folder or not url_path.endswith("/"))
+            html = path.read_bytes() if found and path.suffix == ".html" else None
+        except (OSError, ValueError):
+            # A name no file can have (too long, or a lone surrogate), or one a rebuild just removed.
+            html, found = None, False
+        if html is not None:
+            # Undecodable bytes pass through unchanged: the page is served as built, plus the overlay.
+            text = html.decode("utf-8", "surrogateescape")
+            body_open = text.find(">", text.find("<body")) + 1
+            text = text[:body_open] + (banner if errors else "") + text[body_open:]
+            text = text.replace("</body>", script + "</body>", 1)
+            return self.send_body(text.encode("utf-8", "surrogateescape"), "text/html; charset=utf-8", head)
+        if not found and errors:
             # No good build to fall back on yet: the errors are the page.
             return self.send_body(failed.encode(), "text/html; charset=utf-8", head)
+        if not found:
+            return self.send_error(404, "File not found")
         return super().do_HEAD() if head else super().do_GET()
+
+    def redirect_to_folder(self, folder: Path, query: str) -> None:
+        """Send a 301 to `folder`'s own path on this server, with its trailing slash.
+
+        The path is rebuilt from the folder's name on disk rather than from the request, so it has
+        one leading slash and no backslash: `//host/` or `/\\host/` would send the browser elsewhere.
+        """
+        names = folder.relative_to(self.directory).parts
+        location = "/" + "".join(quote(os.fsencode(name)) + "/" for name in names)
+        self.send_response(301)
+        self.send_header("Location", location + ("?" + query if query else ""))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def send_body(self, body: bytes, content_type: str, head: bool = False) -> None:
         self.send_response(200)
@@ -149,6 +225,11 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 1024
     """A real listen backlog (the kernel caps it at net.core.somaxconn): a page asks for its CSS, JS
     and images at once, several tabs at a time, and a link checker or a load test asks for hundreds."""
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client left mid-answer (a closed tab): nothing to tell it, nothing to fix here
+        super().handle_error(request, client_address)
 
 
 def watch(ws: Workspace, events: "queue.Queue[set[str]]", stop: threading.Event) -> list[threading.Thread]:

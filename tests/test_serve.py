@@ -132,36 +132,100 @@ def test_an_edit_made_while_the_first_build_runs_is_not_missed(sample_site: Path
     assert "<h1>Saved during the build</h1>" in (sample_site / "output/labs/lab-01-sample/index.html").read_text()
 
 
+def ask(base: str, method: str, path: str, host: str | None = None):
+    """Send one request exactly as written (no client-side cleaning of the path); return (response, body)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    port = urlsplit(base).port
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    connection.putheader("Host", host or f"127.0.0.1:{port}")
+    connection.endheaders()
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response, body
+
+
+def stop_and_read_stderr(process: subprocess.Popen) -> str:
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=10) == 0
+    return process.stderr.read()
+
+
 @pytest.mark.cli
 def test_serve_refuses_foreign_hosts_and_bad_paths_redirects_folders_and_heads_like_get(server) -> None:
-    import http.client
     from urllib.parse import urlsplit
 
     process, base = server
     wait_for(base, "<h1>")
     port = urlsplit(base).port
 
-    def ask(method: str, path: str, host: str = f"127.0.0.1:{port}"):
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        connection.putrequest(method, path, skip_host=True)
-        connection.putheader("Host", host)
-        connection.endheaders()
-        response = connection.getresponse()
-        body = response.read()
-        connection.close()
-        return response, body
-
-    assert ask("GET", "/", host="attacker.example")[0].status == 421  # DNS rebinding
-    assert ask("GET", "/__infralens/state", host=f"evil.example:{port}")[0].status == 421
-    assert ask("GET", "/%00")[0].status == 400
-    moved, _ = ask("GET", "/labs/lab-01-sample")
+    assert ask(base, "GET", "/", host="attacker.example")[0].status == 421  # DNS rebinding
+    assert ask(base, "GET", "/__infralens/state", host=f"evil.example:{port}")[0].status == 421
+    assert ask(base, "GET", "/%00")[0].status == 400
+    moved, _ = ask(base, "GET", "/labs/lab-01-sample")
     assert (moved.status, moved.getheader("Location")) == (301, "/labs/lab-01-sample/")
-    got, body = ask("GET", "/labs/lab-01-sample/index.html")
-    head, empty = ask("HEAD", "/labs/lab-01-sample/index.html")
+    got, body = ask(base, "GET", "/labs/lab-01-sample/index.html")
+    head, empty = ask(base, "HEAD", "/labs/lab-01-sample/index.html")
     assert got.status == head.status == 200 and empty == b""
     assert head.getheader("Content-Length") == got.getheader("Content-Length") == str(len(body))
-    assert ask("GET", "/", host=f"localhost:{port}")[0].status == 200
+    assert ask(base, "GET", "/", host=f"localhost:{port}")[0].status == 200
     assert process.poll() is None  # still serving
+
+
+@pytest.mark.cli
+def test_paths_no_file_can_have_get_an_answer_not_a_dropped_connection(server) -> None:
+    process, base = server
+    wait_for(base, "<h1>")
+    cannot_exist = [
+        "/%ED%A0%80",  # a lone surrogate: no UTF-8 file name decodes to it
+        "/" + "a" * 300,  # longer than a file name may be
+        "/a" * 3000,  # longer than a path may be
+        "/labs/" + "x" * 256 + "/",
+        "/labs/lab-01-sample/index.html/",  # a file is not a folder
+    ]
+    for path in cannot_exist:
+        for method in ("GET", "HEAD"):
+            assert ask(base, method, path)[0].status == 404, (method, path[:60])
+    assert ask(base, "GET", "/%00")[0].status == 400
+    assert ask(base, "GET", "/labs/lab-01-sample/index.html")[0].status == 200  # still serving
+    log = stop_and_read_stderr(process)
+    assert "Traceback" not in log, log
+
+
+@pytest.mark.cli
+def test_a_folder_redirect_never_leaves_this_server(server) -> None:
+    _, base = server
+    wait_for(base, "<h1>")
+    # Browsers read `/\` as `//`: a Location starting with either names another host.
+    for path in (
+        "/\\evil.example/%2e%2e/labs/lab-01-sample",
+        "//evil.example/%2e%2e/labs/lab-01-sample",
+        "/%5cevil.example/%2e%2e/labs/lab-01-sample",
+        "/labs/./lab-01-sample",
+    ):
+        moved, _ = ask(base, "GET", path)
+        assert (moved.status, moved.getheader("Location")) == (301, "/labs/lab-01-sample/"), path
+    moved, _ = ask(base, "GET", "/labs/lab-01-sample?from=nav")
+    assert (moved.status, moved.getheader("Location")) == (301, "/labs/lab-01-sample/?from=nav")
+    assert ask(base, "GET", "/\\evil.example/%2e%2e/labs/no-such-lab")[0].status == 404
+
+
+@pytest.mark.cli
+def test_folders_are_not_listed_and_no_answer_is_sniffed(server) -> None:
+    _, base = server
+    wait_for(base, "<h1>")
+    # No index.html: a static host answers 404, so the dev server does too (as mkdocs and hugo do).
+    for folder in ("/code/", "/code/lab-01-sample/", "/static/", "/labs/"):
+        response, body = ask(base, "GET", folder)
+        assert response.status == 404 and b"kv.py" not in body, folder
+    assert ask(base, "GET", "/code")[0].status == 404  # no redirect to a folder that has no page
+    answers = [ask(base, "GET", path)[0] for path in ("/", "/labs/lab-01-sample", "/no-such-page", "/__infralens/state", "/search-index.js")]
+    answers += [ask(base, "GET", "/", host="attacker.example")[0], ask(base, "GET", "/%00")[0]]
+    assert [response.status for response in answers] == [200, 301, 404, 200, 200, 421, 400]
+    assert all(response.getheader("X-Content-Type-Options") == "nosniff" for response in answers)
 
 
 @pytest.fixture
@@ -295,3 +359,34 @@ def test_serve_keeps_no_more_memory_however_many_rebuilds(sample_site: Path) -> 
     assert probe.returncode == 0, probe.stderr
     grown = int(probe.stdout.split()[-1])
     assert grown < 200_000, f"{grown:,} bytes more after 60 more rebuilds"  # v1 kept about 1.1 MB per rebuild
+
+
+@pytest.mark.cli
+def test_a_client_dribbling_its_request_is_dropped_at_the_deadline(in_process_server: str) -> None:
+    """One byte every 0.3 s beats a 1 s timeout per read; the whole request line and headers still
+    have only 1 s, so the server hangs up long before the dribble could finish."""
+    import socket
+    from urllib.parse import urlsplit
+
+    port = urlsplit(in_process_server).port
+    request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode() + b"X-Slow: " + b"a" * 100
+    dribbler = socket.create_connection(("127.0.0.1", port))
+    dribbler.settimeout(0.3)
+    answered = dropped = False
+    try:
+        for sent, byte in enumerate(request[:40]):  # 12 s worth of bytes
+            try:
+                dribbler.sendall(bytes([byte]))
+                dropped = dribbler.recv(1) == b""
+            except TimeoutError:
+                pass
+            except ConnectionError:
+                dropped = True
+            if sent == 1:
+                assert "<h1>" in fetch(in_process_server)  # others are answered meanwhile
+                answered = True
+            if dropped:
+                break
+    finally:
+        dribbler.close()
+    assert answered and dropped, f"still connected after {sent + 1} bytes, {(sent + 1) * 0.3:.0f} s"
