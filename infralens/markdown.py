@@ -8,10 +8,12 @@ blocks `check` runs and the names search indexes all follow the same rules as th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from infralens.mathml import MATH_TOKENS
 
@@ -22,7 +24,43 @@ def parser() -> MarkdownIt:
     from infralens.mathml import add_math
 
     # html=False: raw HTML in a manifest is shown as text, never passed through.
-    return add_math(MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table"))
+    md = add_math(MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table"))
+    image = md.renderer.rules["image"]
+
+    def offline_image(renderer, tokens, index, options, env) -> str:
+        # A page fetches nothing from the network: an image from elsewhere becomes a link to it.
+        # (The manifest check refuses one in prose; this covers every other field.)
+        token = tokens[index]
+        src = token.attrGet("src") or ""
+        if not fetched(src):
+            return image(tokens, index, options, env)
+        alt = md.renderer.renderInlineAsText(token.children or [], options, env) or src
+        return f'<a href="{escapeHtml(src)}">{escapeHtml(alt)}</a>'
+
+    md.add_render_rule("image", offline_image)
+    return md
+
+
+def fetched(src: str) -> bool:
+    """Say whether an image source would be fetched from the network (a scheme or `//host`), not
+    from the site itself or a data: URL."""
+    return src.startswith("//") or (bool(URL_SCHEME.match(src)) and not src.lower().startswith("data:"))
+
+
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def images(text: str) -> tuple[str, ...]:
+    """Return the source of every image of Markdown text, as block or inline rendering would find it."""
+    if "![" not in text:
+        return ()
+    md = parser()
+    found: dict[str, None] = {}
+    for token in [*md.parse(text), *md.parseInline(text)]:
+        for child in token.children or ():
+            if child.type == "image":
+                found.setdefault(child.attrGet("src") or "", None)
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -266,6 +267,46 @@ def artifact_problem(path: Path) -> str | None:
         return "is not a regular file"
     if info.st_size > MAX_ARTIFACT_BYTES:
         return f"is {info.st_size:,} bytes; an artifact is published with the page, at most {MAX_ARTIFACT_BYTES:,}"
+    if path.suffix.lower() == ".svg":
+        return svg_problem(path.read_bytes())
+    return None
+
+
+ACTIVE_SVG = frozenset("script foreignobject iframe embed object handler listener animate set animatemotion animatetransform".split())
+"""SVG elements that run script, embed other documents, or change attributes (such as a link's target) later."""
+
+
+def svg_problem(data: bytes) -> str | None:
+    """Say why an SVG artifact is not a plain drawing, or None.
+
+    The site publishes it at its own URL, where a browser opening it runs any script it holds, so
+    only static drawing is let through: no script or embedding elements, no `on…` handlers, no
+    references but to the drawing's own `#ids`, no entity declarations.
+    """
+    import xml.etree.ElementTree as ET
+
+    if b"<!ENTITY" in data:
+        return "is an SVG that declares entities; an artifact is a plain drawing"
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as exc:
+        return f"is not well-formed SVG ({exc})"
+    for element in root.iter():
+        tag = str(element.tag).rsplit("}", 1)[-1].lower()
+        if tag in ACTIVE_SVG:
+            return f"is an SVG with a <{tag}> element, which runs or changes when the file is opened; an artifact is a plain drawing"
+        texts = [element.text or ""] if tag == "style" else []
+        for name, value in element.attrib.items():
+            local = name.rsplit("}", 1)[-1].lower()
+            if local.startswith("on"):
+                return f"is an SVG with an {local} handler, which runs when the file is opened; an artifact is a plain drawing"
+            if local == "href" and not value.strip().startswith("#"):
+                return f"is an SVG linking to {value.strip()[:60]!r}; an artifact may refer only to its own #ids"
+            if local == "style":
+                texts.append(value)
+        for text in texts:
+            if "@import" in text or re.search(r"url\(\s*['\"]?\s*(?!#)", text):
+                return "is an SVG whose style fetches a file; an artifact may refer only to its own #ids"
     return None
 
 

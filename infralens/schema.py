@@ -546,13 +546,18 @@ class Prose(Text):
     """Markdown text the page shows, whose every `$…$` and `$$…$$` formula converts to MathML."""
 
     def check(self, node, ctx: Context):
-        from infralens.markdown import formulas
+        from infralens.markdown import fetched, formulas, images
         from infralens.mathml import MalformedMath, to_mathml
 
         value = super().check(node, ctx)
         if value is INVALID:
             return INVALID
         ok = True
+        for src in images(value):
+            if fetched(src):
+                where = re.compile(r"!\[[^\]]*\]\(\s*<?" + re.escape(src))
+                ctx.problems.add(ctx.mark_within(node, where), f"image {src!r} would be fetched from the network; pages work offline, so show a file of the site")
+                ok = False
         for formula in formulas(value):
             try:
                 to_mathml(formula.latex, display=formula.display)

@@ -55,6 +55,13 @@ MAX_STARTER_BYTES = 1 << 20
 MAX_PROJECT_FILE_BYTES = 1 << 20
 """Largest manifest or site.yml read: a lab's manifest is a few kilobytes."""
 
+STARTER_SUFFIXES = frozenset(
+    ".py .pyi .md .txt .rst .json .ipynb .yaml .yml .toml .cfg .ini .csv .tsv .sh .bash .c .h .cc .cpp .cxx .hpp "
+    ".cu .cuh .rs .go .java .kt .scala .jl .r .lua .sql .proto .cmake .mk .patch .diff .js .ts".split()
+)
+"""What a starter may be. The site publishes each starter as it is, at its own path: an .html, .svg
+or .xml file there would be a page of the site that runs whatever script it holds."""
+
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
 """The characters a starter path may use: the site serves it at that path and links to it by name."""
 
@@ -207,6 +214,12 @@ class Workspace:
             return f"starter path {starter_path!r} must not contain '..'; starters live under code/"
         if pure.parts[0] != "code" or len(pure.parts) < 2:
             return f"starter path {starter_path!r} must be under code/"
+        suffix = pure.suffix.lower()
+        if suffix and suffix not in STARTER_SUFFIXES:
+            return (
+                f"starter {starter_path!r} is a {suffix} file, which the site would publish as it is and a browser might run; "
+                f"starters are code or text ({', '.join(sorted(STARTER_SUFFIXES))}, or no suffix)"
+            )
         unsafe = SAFE_PATH.sub("", starter_path)
         if unsafe:
             return (
@@ -311,7 +324,8 @@ class Workspace:
                 self.made.add(target.parent)
             atomic_write(target, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
-            pass  # a read-only checkout still builds, just without the cache
+            # A read-only cache: the build still works, keeping in memory what it cannot store.
+            self.memory[kind, key] = value
 
     def _remember(self, kind: str, key: str, value: Any) -> None:
         if not self.memory_limit:

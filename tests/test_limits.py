@@ -125,3 +125,37 @@ def test_a_manifest_over_a_mebibyte_is_refused_before_it_is_parsed(sample_site: 
         "labs/lab-01-sample.yml:1:1: error: labs/lab-01-sample.yml is 1,200,xxx bytes; a manifest or site file is at most 1,048,576"
         .replace("1,200,xxx", f"{manifest.stat().st_size:,}")
     )
+
+
+SVG = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">{}</svg>'
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize(
+    ("drawing", "reason"),
+    [
+        ('<rect onload="alert(1)"/>', "artifact 'fig.svg' is an SVG with an onload handler, which runs when the file is opened; an artifact is a plain drawing"),
+        ("<script>alert(1)</script>", "artifact 'fig.svg' is an SVG with a <script> element, which runs or changes when the file is opened; an artifact is a plain drawing"),
+        ('<a xlink:href="javascript:alert(1)"><text>x</text></a>', "artifact 'fig.svg' is an SVG linking to 'javascript:alert(1)'; an artifact may refer only to its own #ids"),
+        ('<image href="https://evil.example/pixel.png"/>', "artifact 'fig.svg' is an SVG linking to 'https://evil.example/pixel.png'; an artifact may refer only to its own #ids"),
+        ('<foreignObject><p xmlns="http://www.w3.org/1999/xhtml">x</p></foreignObject>', "artifact 'fig.svg' is an SVG with a <foreignobject> element, which runs or changes when the file is opened; an artifact is a plain drawing"),
+        ("<style>@import url(https://evil.example/a.css);</style>", "artifact 'fig.svg' is an SVG whose style fetches a file; an artifact may refer only to its own #ids"),
+    ],
+    ids=["onload", "script", "javascript-link", "remote-image", "foreign-object", "style-import"],
+)
+def test_an_svg_artifact_that_could_run_or_fetch_fails_the_run(drawing: str, reason: str, sample_site: Path, tmp_path: Path) -> None:
+    (sample_site / "code/lab-01-sample/fig.py").write_text(f"open('fig.svg', 'w').write({SVG.format(drawing)!r})\n")
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    entry = "  - path: code/lab-01-sample/fig.py\n    role: Draws.\n    run: {artifacts: [fig.svg]}\n"
+    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    result = run_infralens("check", "--json", str(tmp_path / "runs.json"), cwd=sample_site, timeout=60)
+    run = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("fig.py"))
+    assert result.returncode == 1 and (run["status"], run["reason"]) == ("failed", reason)
+
+
+@pytest.mark.unit
+def test_a_plain_svg_drawing_with_its_own_references_passes() -> None:
+    from infralens.runner import svg_problem
+
+    drawing = '<defs><linearGradient id="g"/></defs><rect style="fill:url(#g)"/><use xlink:href="#g"/><style>text{fill:currentColor}</style>'
+    assert svg_problem(SVG.format(drawing).encode()) is None

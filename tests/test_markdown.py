@@ -57,3 +57,11 @@ def test_plain_text_is_what_the_page_shows() -> None:
     assert plain_text("See [the paper](https://arxiv.org/abs/1) and `a * b`, **not** $2 \\times d$.") == (
         "See the paper and a * b, not 2 × d."
     )
+
+
+def test_an_image_from_the_network_is_shown_as_a_link_and_a_local_one_as_an_image() -> None:
+    from infralens.markdown import parser
+
+    html = parser().renderInline("![px](https://evil.example/p.png) ![b](//evil.example/b.png) ![fig](fig.png)")
+    assert "<img" in html and html.count("<img") == 1 and 'src="fig.png"' in html
+    assert '<a href="https://evil.example/p.png">px</a>' in html and '<a href="//evil.example/b.png">b</a>' in html
