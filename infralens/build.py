@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -163,13 +163,14 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
         outcomes: dict[str, list[str]] = {}
         problems: list[Problem] = []
         for outcome in render_units(ws, site, theme, dirty, parsed, session):
+            stop_if_asked()
             problems += outcome.problems
             if not problems:  # after the first problem, only more problems matter
                 for path, content in outcome.files.items():
                     staging.write(path, content)
             outcomes[outcome.lab_id] = list(outcome.files)
-        if problems:
-            raise InputError(problems)
+        if problems:  # in file order, however the workers happened to finish
+            raise InputError(sorted(problems, key=lambda problem: (problem.mark.path, problem.mark.line, problem.mark.col)))
         shared = write_shared(ws, site, theme, units, state, staging, session, full)
         if strict:
             check_site_links(ws, staging, units, kept, shared)
@@ -177,6 +178,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
         produced |= {path for record in kept.values() for path in record.files}
         removed = sorted(ws.strays(produced)) if ws.out.is_dir() else []
         written = list(staging.written)
+        stop_if_asked()  # the last point where stopping leaves output/ untouched
         stamps = ws.commit(staging, removed)
     except BaseException:
         staging.discard()
@@ -650,11 +652,76 @@ class Session:
         return self._pool_map(function, items, context)
 
     def _pool_map(self, function, items: list, context: RenderContext | None) -> Iterator:
-        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("fork"), initializer=start_worker, initargs=(os.getpid(), context))
+        """Spread the items over `jobs` forked workers, each sending its results back on a pipe of its own.
+
+        No queue or lock is shared with a worker, so a worker killed at any moment (by Ctrl-C, SIGTERM
+        to the group, the OOM killer) cannot leave the build waiting on a lock it held, as
+        multiprocessing's Pool and ProcessPoolExecutor can; stopping kills the workers outright.
+        """
+        from multiprocessing.connection import wait
+
+        fork = get_context("fork")
+        # Workers are forked with Ctrl-C and SIGTERM held back, until start_worker has replaced the
+        # build's own handlers (which would make a worker print a KeyboardInterrupt traceback).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        workers = {}
         try:
-            yield from pool.map(function, items, chunksize=max(1, min(16, len(items) // (self.jobs * 4))))
+            for share in range(self.jobs):
+                reader, writer = fork.Pipe(duplex=False)
+                worker = fork.Process(target=work, args=(os.getpid(), context, function, items[share :: self.jobs], writer), daemon=True)
+                worker.start()
+                writer.close()
+                workers[reader] = worker
         finally:
-            pool.shutdown(cancel_futures=True)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        try:
+            pending = dict(workers)
+            while pending:
+                # Wake now and then: a stop whose KeyboardInterrupt was swallowed still stops.
+                for reader in wait(list(pending), timeout=0.5):
+                    try:
+                        kind, payload = reader.recv()
+                    except EOFError:
+                        raise InputError([Problem(Mark("build"), f"a render worker died (exit status {pending[reader].exitcode}); build again")]) from None
+                    if kind == "done":
+                        del pending[reader]
+                    elif kind == "raised":
+                        raise payload
+                    else:
+                        yield payload
+                stop_if_asked()
+        finally:
+            for reader, worker in workers.items():
+                if worker.is_alive():
+                    worker.kill()
+                worker.join()
+                reader.close()
+
+
+def work(parent: int, context: RenderContext | None, function, items: list, results) -> None:
+    """A render worker: apply function to each item, sending each result, or the exception, back."""
+    start_worker(parent, context)
+    try:
+        for item in items:
+            results.send(("result", function(item)))
+        results.send(("done", None))
+    except Exception as exc:  # noqa: BLE001 - handed to the build, which raises it as its own
+        try:
+            results.send(("raised", exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            results.send(("raised", RuntimeError(repr(exc))))
+    finally:
+        results.close()
+
+
+STOP = threading.Event()
+"""Set when the user asked the build to stop (Ctrl-C, SIGTERM). The KeyboardInterrupt raised then can
+land where Python swallows it (a finalizer, a pool's start-up), so the pipeline also looks here."""
+
+
+def stop_if_asked() -> None:
+    if STOP.is_set():
+        raise KeyboardInterrupt
 
 
 def start_worker(parent: int, context: RenderContext | None) -> None:
@@ -665,7 +732,8 @@ def start_worker(parent: int, context: RenderContext | None) -> None:
     the pool's own shutdown is the bound.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops its workers itself, and says so once
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     try:
         import ctypes
 

@@ -54,13 +54,23 @@ def main() -> None:
 @CACHE_OPTION
 def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | None, cache_dir: Path | None) -> None:
     """Build the static site from site.yml, labs/ and code/; only labs whose inputs changed are rendered again."""
-    signal.signal(signal.SIGTERM, stopped_by_signal)  # a killed build undoes its commit, as Ctrl-C does
+    from infralens.build import STOP
+
+    def stop_build(signum, frame) -> None:
+        STOP.set()
+        raise KeyboardInterrupt
+
+    # Ctrl-C or SIGTERM: the build stops before its commit, or undoes the commit it is in.
+    signal.signal(signal.SIGINT, stop_build)
+    signal.signal(signal.SIGTERM, stop_build)
     try:
         summary = build_site(Workspace.open(site_path, out_dir, cache_dir), strict=strict, full=full, session=Session(jobs=jobs))
     except InputError as exc:
         report(exc)
         sys.exit(1)
-    except KeyboardInterrupt:
+    except BaseException:
+        if not STOP.is_set():
+            raise
         click.echo(f"stopped: {out_dir} is as it was", err=True)
         sys.exit(130)
     removed = f", removed {summary.removed} files" if summary.removed else ""

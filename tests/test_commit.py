@@ -291,3 +291,17 @@ def test_a_build_stopped_while_its_workers_render_leaves_no_worker_and_no_lock(h
     again = subprocess.run(command, cwd=many_labs, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert leftovers(out) == []
+
+
+def test_a_cache_that_cannot_be_written_costs_speed_not_the_build(sample_site: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert run_infralens("build", "--out", str(tmp_path / "out"), "--cache-dir", str(cache), cwd=sample_site).returncode == 0
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("title: Sample KV bytes", "title: Edited KV bytes"))
+    # Every cache folder read-only, for root too: a file where each kind's subfolder would be made.
+    for kind in ("search", "highlight", "state"):
+        shutil.rmtree(cache / kind, ignore_errors=True)
+        (cache / kind).write_text("not a folder")
+    result = run_infralens("build", "--out", str(tmp_path / "out"), "--cache-dir", str(cache), cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    assert tree(tmp_path / "out") == clean_build(sample_site, tmp_path)
