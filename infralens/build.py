@@ -169,8 +169,8 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
                 for path, content in outcome.files.items():
                     staging.write(path, content)
             outcomes[outcome.lab_id] = list(outcome.files)
-        if problems:  # in file order, however the workers happened to finish
-            raise InputError(sorted(problems, key=lambda problem: (problem.mark.path, problem.mark.line, problem.mark.col)))
+        if problems:
+            raise InputError(problems)
         shared = write_shared(ws, site, theme, units, state, staging, session, full)
         if strict:
             check_site_links(ws, staging, units, kept, shared)

@@ -34,14 +34,25 @@ def stated_figures(lab: Lab) -> list[str]:
     return list(seen)
 
 
+_NUMBER = re.compile(r"(?<![\d.,])\d(?:\d|[.,](?=\d))*")
+"""A whole number as output prints it: digits, with '.' or ',' only between digits."""
+
+
+def printed_numbers(output: str) -> set[str]:
+    """Every whole number of the output, once: a figure is printed when it is one of them (not a
+    part of a longer number). One pass, however many figures the page states."""
+    return set(_NUMBER.findall(output))
+
+
 def printed(figure: str, output: str) -> bool:
     """Say whether output contains the figure as a whole number, not as part of a longer one."""
-    return re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", output) is not None
+    return figure in printed_numbers(output)
 
 
 def unbacked_figures(lab: Lab, output: str) -> list[str]:
     """Return the figures the page states that the output does not contain."""
-    return [figure for figure in stated_figures(lab) if not printed(figure, output)]
+    numbers = printed_numbers(output)
+    return [figure for figure in stated_figures(lab) if figure not in numbers]
 
 
 def figure_line(manifest_text: str, figure: str) -> tuple[int, int]:

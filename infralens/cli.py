@@ -13,7 +13,7 @@ import click
 from infralens import __version__
 from infralens.build import Session, load_project, render_in_memory
 from infralens.build import build as build_site
-from infralens.errors import InputError
+from infralens.errors import InputError, one_line
 from infralens.workspace import CACHE_ENV, Workspace
 
 # The commands import what they use when they run: `infralens build` on an unchanged site takes a
@@ -94,7 +94,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
     from infralens.models import RunResult
     from infralens.reports import results_json, results_junit
     from infralens.results import ResultStore
-    from infralens.runner import run_labs, runnable
+    from infralens.runner import become_subreaper, run_labs, runnable
     from infralens.schema import did_you_mean
 
     try:
@@ -117,6 +117,10 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         cached = "  (stored result)" if result.cached else ""
         click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
 
+    for path in (json_path, junit_path):
+        if path and not path.absolute().parent.is_dir():  # said now, not after every starter has run
+            click.echo(f"error: cannot write {path}: folder {path.parent} does not exist", err=True)
+            sys.exit(2)
     jail = None
     if sandbox:
         from infralens.sandbox import SandboxUnavailable, open_sandbox
@@ -129,20 +133,23 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
-        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail)
+        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper())
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)
-    if json_path:
-        json_path.write_text(results_json(results), encoding="utf-8")
-    if junit_path:
-        junit_path.write_text(results_junit(results), encoding="utf-8")
+    for path, make in ((json_path, results_json), (junit_path, results_junit)):
+        if path:
+            try:
+                path.write_text(make(results), encoding="utf-8")
+            except OSError as exc:
+                click.echo(f"error: cannot write {path}: {exc.strerror}", err=True)
+                sys.exit(1)
     failed = [r for r in results if not r.passed]
     for result in failed:
         click.echo(f"\n{result.mark}: error: {result.starter}: {result.reason}", err=True)
         tail = result.tail()
-        if tail:
-            click.echo("  | " + "\n  | ".join(tail.split("\n")), err=True)
+        if tail:  # escaped: a starter's output must not send commands to the terminal (ESC sequences)
+            click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
 

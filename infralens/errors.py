@@ -25,7 +25,13 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.mark}: error: {self.message}"
+        return one_line(f"{self.mark}: error: {self.message}")
+
+
+def one_line(text: str) -> str:
+    """Escape what would break or hijack a line of a terminal: line breaks, other control
+    characters (an ESC starts terminal commands), in a file name or a message alike."""
+    return "".join(char if char.isprintable() or char == "\t" else repr(char)[1:-1] for char in text)
 
 
 class InputError(Exception):

@@ -68,6 +68,8 @@ def _symbol(source: SourceFile, name: str) -> tuple[int, int] | str:
         tree = ast.parse(source.text, filename=source.path)
     except SyntaxError as exc:
         return f"cannot parse {source.path}:{exc.lineno}: {exc.msg}"
+    except (MemoryError, RecursionError, ValueError) as exc:  # nesting or chains too deep for the parser
+        return f"cannot parse {source.path}: too deeply nested for Python's parser ({type(exc).__name__})"
     scope: list[ast.stmt] = tree.body
     node = None
     for part in name.split("."):

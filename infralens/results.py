@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
 from dataclasses import asdict, replace
 from functools import lru_cache
 from importlib import metadata
@@ -60,8 +61,25 @@ def run_key(root: Path, starter: Starter) -> str:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(file_digest(path))
     return digest.hexdigest()[:24]
+
+
+HASHED_BYTES = 64 << 20
+"""Files beside a starter up to this size are hashed; a bigger one (weights, a dataset) is known by
+its size and modification time, so a 3 GB file costs no 3 GB read on every check."""
+
+
+def file_digest(path: Path) -> bytes:
+    """Return what identifies one file of a starter's folder, reading it in pieces."""
+    try:
+        info = path.stat()
+        if info.st_size > HASHED_BYTES:
+            return f"{info.st_size}:{info.st_mtime_ns}".encode()
+        with open(path, "rb") as file:
+            return hashlib.file_digest(file, "sha256").digest()
+    except OSError as exc:  # unreadable: the run will meet the same error, and say so
+        return f"unreadable:{exc.errno}".encode()
 
 
 class ResultStore:
@@ -74,11 +92,10 @@ class ResultStore:
         return self.folder / key
 
     def staging(self, key: str) -> Path:
-        """A fresh folder for a run's artifacts, moved into place by `save`."""
-        path = self.folder / f".{key}.new"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return path
+        """A fresh folder of this run's own for its artifacts (two checks may run one starter at
+        once), moved into place by `save`."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{key}.new-", dir=self.folder))
 
     def save(self, key: str, result: RunResult, staging: Path) -> None:
         """Store a fresh result with the artifacts already in `staging`, replacing any older one."""
@@ -86,7 +103,10 @@ class ResultStore:
         (staging / "result.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
         target = self.slot(key)
         shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:  # another check stored this very run a moment ago: keep that one
+            shutil.rmtree(staging, ignore_errors=True)
 
     def load(self, key: str) -> RunResult | None:
         """Return the stored result for a key, or None if there is none or it cannot be read."""

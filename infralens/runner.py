@@ -6,6 +6,7 @@ process. Every run is its own process group, killed whole at its timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -59,16 +60,41 @@ def clean_env(home: str) -> dict[str, str]:
 class Running:
     """The starters running now, so that Ctrl-C or SIGTERM on check can stop every one of them at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, reaper: bool = False) -> None:
         self.lock = threading.Lock()
         self.processes: set[subprocess.Popen] = set()
         self.stopping = False
+        self.reaper = reaper
+        """True when this process is a subreaper whose only children are starters' supervisors
+        (`infralens check`): whatever else becomes its child was orphaned by a killed supervisor."""
 
-    def add(self, process: subprocess.Popen) -> None:
+    def start(self, command: list[str], **options) -> subprocess.Popen:
+        """Start a supervisor and count it as running, in one step (see `kill_orphans`)."""
         with self.lock:
+            process = subprocess.Popen(command, **options)
             self.processes.add(process)
             if self.stopping:  # started as check was being stopped: stop it too
                 process.send_signal(signal.SIGTERM)
+        return process
+
+    def kill_orphans(self) -> None:
+        """Kill, with all they started, the processes a starter's killed supervisor left to us.
+
+        A starter can SIGKILL its own supervisor; what it started is then re-parented to check,
+        the nearest subreaper, and would live on holding the output pipes.
+        """
+        if not self.reaper:
+            return
+        from infralens.supervise import descendants
+
+        with self.lock:
+            known = {process.pid for process in self.processes}
+            for orphan in [pid for pid in descendants(os.getpid(), depth=1) if pid not in known]:
+                for pid in [*descendants(orphan), orphan]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(orphan, 0)
 
     def remove(self, process: subprocess.Popen) -> None:
         with self.lock:
@@ -82,6 +108,23 @@ class Running:
                     process.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+
+@contextlib.contextmanager
+def run_folder(prefix: str):
+    """A fresh folder for one run, removed afterwards whatever the starter did to it.
+
+    A starter may remove its working folder, or rename it and leave a symlink in its place: the
+    symlink goes, never what it points at.
+    """
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield folder
+    finally:
+        if os.path.islink(folder):
+            os.unlink(folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class Capture:
@@ -166,7 +209,7 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
     source = (root / starter.path).resolve()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
     # blocks goes in a folder beside it.
-    with tempfile.TemporaryDirectory(prefix="infralens-run-") as scratch, tempfile.TemporaryDirectory(prefix="infralens-blocks-") as side:
+    with run_folder("infralens-run-") as scratch, run_folder("infralens-blocks-") as side:
         if source.suffix == ".md":
             blocks = Path(side, "blocks.json")
             blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
@@ -178,8 +221,7 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             temporary.mkdir()
             command = sandbox.wrap(command, scratch, str(temporary))
         started = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, str(SUPERVISE), *command],
+        options = dict(
             cwd=scratch,
             env=clean_env(scratch),
             stdin=subprocess.DEVNULL,
@@ -187,8 +229,8 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group too, the last resort below
         )
-        if running is not None:
-            running.add(process)
+        supervised = [sys.executable, str(SUPERVISE), *command]
+        process = running.start(supervised, **options) if running is not None else subprocess.Popen(supervised, **options)
         out, err = Capture(process.stdout, CAPTURE_BYTES), Capture(process.stderr, CAPTURE_BYTES)
         try:
             process.wait(timeout=starter.run.timeout)
@@ -203,6 +245,7 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             kill_group(process)
             if running is not None:
                 running.remove(process)
+                running.kill_orphans()
         stdout, stderr = out.finish(), err.finish()
         seconds = time.perf_counter() - started
         refused = {name: why for name in starter.run.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
@@ -348,6 +391,9 @@ def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | N
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if running is not None and running.stopping:  # killed because check was stopped: not a result
+        shutil.rmtree(staging, ignore_errors=True)
+        return result
     store.save(key, result, staging)
     return result
 
@@ -394,6 +440,16 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     return [*results[:-1], failed]
 
 
+def become_subreaper() -> bool:
+    """Make this process adopt what its starters' supervisors orphan (Linux); say whether it did."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
 def run_labs(
     labs: tuple[Lab, ...],
     root: Path,
@@ -403,6 +459,7 @@ def run_labs(
     use_cache: bool = True,
     on_result=None,
     sandbox: Sandbox | None = None,
+    reaper: bool = False,
 ) -> list[RunResult]:
     """Run every starter of the labs on `jobs` workers, then check each lab's stated figures.
 
@@ -411,8 +468,16 @@ def run_labs(
     `on_result` sees each one as soon as its lab is complete.
     """
     pairs = runnable(labs)
-    running = Running()
+    running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    done = threading.Event()
+
+    def sweep() -> None:
+        while not done.wait(0.1):
+            running.kill_orphans()
+
+    if reaper:  # an orphan can reach us a moment after its supervisor died: look for one now and then
+        threading.Thread(target=sweep, daemon=True).start()
     try:
         futures = {
             (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache, running, sandbox)
@@ -430,5 +495,8 @@ def run_labs(
         running.stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        done.set()
+        running.kill_orphans()
     pool.shutdown(wait=True)
     return results

@@ -213,6 +213,13 @@ class Choice(Spec):
         return _with_doc({"enum": list(self.values)}, self.doc)
 
 
+MAX_PATTERN = 1000
+"""Longest `expect` pattern: one line of output to find, not a program."""
+
+MAX_REPEAT = 1000
+"""Largest `{n}` in an `expect` pattern: the regex module unrolls counts, (?:a{60000}){60000} took 24 GB."""
+
+
 @dataclass
 class Regex(Spec):
     """A Python regular expression."""
@@ -223,10 +230,17 @@ class Regex(Spec):
         value = Text(numbers=True).check(node, ctx)
         if value is INVALID:
             return INVALID
+        if len(value) > MAX_PATTERN:
+            return ctx.error(node, f"regular expression of {len(value):,} characters; at most {MAX_PATTERN:,}")
+        counts = [int(number) for pair in re.findall(r"\{(\d*),?(\d*)\}", value) for number in pair if number]
+        if any(count > MAX_REPEAT for count in counts):
+            return ctx.error(node, f"regular expression {value!r} repeats {max(counts):,} times; at most {MAX_REPEAT:,} (matching a bigger count costs memory without end)")
         try:
             re.compile(value)
         except re.error as exc:
             return ctx.error(node, f"invalid regular expression {value!r}: {exc}")
+        except (OverflowError, RecursionError, MemoryError, ValueError) as exc:
+            return ctx.error(node, f"regular expression {value!r} is too large to compile ({type(exc).__name__})")
         return value
 
     def json_schema(self) -> dict:
@@ -576,7 +590,7 @@ def _written(formula) -> re.Pattern[str]:
 
 def parse_range(value: str) -> tuple[int, int] | None:
     """Parse 'A-B' or 'A' into 1-based inclusive line numbers, or None."""
-    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", value)
+    match = re.fullmatch(r"\s*(\d{1,9})\s*(?:-\s*(\d{1,9})\s*)?", value)
     if not match:
         return None
     first = int(match.group(1))

@@ -19,8 +19,8 @@ import sys
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def descendants(pid: int) -> list[int]:
-    """Return every living descendant of pid, from /proc."""
+def descendants(pid: int, depth: int = 0) -> list[int]:
+    """Return every living descendant of pid (its children only, with depth=1), from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -33,6 +33,8 @@ def descendants(pid: int) -> list[int]:
         # The command name is in parentheses and may hold spaces: the fields follow its last ')'.
         fields = stat[stat.rfind(b")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(entry))
+    if depth == 1:
+        return children.get(pid, [])
     found, queue = [], [pid]
     while queue:
         for child in children.get(queue.pop(), []):

@@ -79,6 +79,11 @@ def display_path(path: Path, root: Path) -> str:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(path)
+    except (RuntimeError, OSError):  # a symlink loop: name the link itself
+        try:
+            return path.absolute().relative_to(root.absolute()).as_posix()
+        except ValueError:
+            return str(path)
 
 
 @dataclass(frozen=True)

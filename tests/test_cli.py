@@ -256,3 +256,18 @@ def test_stopping_check_stops_its_starters_at_once_and_leaves_nothing(how: str, 
     assert list(scratch.iterdir()) == [], "a scratch folder was left"
     time.sleep(4.5)
     assert not marker.exists(), "a process the starter started outlived check"
+
+
+@pytest.mark.parametrize("how", ["os.kill(os.getppid(), signal.SIGKILL)", "os.killpg(0, signal.SIGKILL)"], ids=["kills-its-supervisor", "kills-its-group"])
+def test_a_starter_that_kills_its_supervisor_leaves_nothing_behind(how: str, sample_site: Path, tmp_path: Path) -> None:
+    child, marker = late_child(tmp_path, 3)
+    replace_starter(
+        sample_site,
+        "import os, signal\n"
+        f"subprocess.Popen([sys.executable, {str(child)!r}], start_new_session=True)\n"  # holds stdout, in a session of its own
+        f"{how}\n",
+    )
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert re.search(r"code/lab-01-sample/kv\.py\s+failed", result.stdout), result.stdout + result.stderr
+    time.sleep(3.5)
+    assert not marker.exists(), "the starter's child outlived the supervisor it killed"
