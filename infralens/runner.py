@@ -114,17 +114,17 @@ class Running:
 def run_folder(prefix: str):
     """A fresh folder for one run, removed afterwards whatever the starter did to it.
 
-    A starter may remove its working folder, or rename it and leave a symlink in its place: the
-    symlink goes, never what it points at.
+    The folder is made inside a private one, and that one is removed: a starter may remove its
+    working folder, rename it beside itself, or leave a symlink in its place, and what it points
+    at is never followed.
     """
-    folder = tempfile.mkdtemp(prefix=prefix)
+    private = tempfile.mkdtemp(prefix=prefix)
     try:
+        folder = os.path.join(private, "work")
+        os.mkdir(folder)
         yield folder
     finally:
-        if os.path.islink(folder):
-            os.unlink(folder)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)  # unlinks symlinks, never follows them
 
 
 class Capture:

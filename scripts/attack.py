@@ -1676,7 +1676,9 @@ RUNAWAY = [
     ("prints 1 GiB to stderr", 'chunk = b"e" * (8 << 20)\nfor _ in range(128):\n    sys.stderr.buffer.write(chunk)\nprint("ok")\n',
      dict(rc=0, timeout=60, bound_secs=60, rss=1024)),
     ("swaps its working folder for a symlink",
-     'here = os.getcwd()\nprecious = os.path.join(os.path.dirname(os.path.dirname(here)), "precious")\nos.makedirs(precious, exist_ok=True)\n'
+     # precious is the starter's own folder beside TMPDIR (not a leftover of check's); check must
+     # remove the symlink and the moved folder, and never follow the link into precious.
+     'here = os.getcwd()\nprecious = os.path.join(os.path.dirname(os.environ["TMPDIR"]), "precious")\nos.makedirs(precious, exist_ok=True)\n'
      'open(os.path.join(precious, "keep.txt"), "w").write("keep")\nos.rename(here, here + ".moved")\nos.symlink(precious, here)\nprint("ok")\n', dict(rc=0)),
     ("deletes its own working folder", 'import shutil\nshutil.rmtree(os.getcwd())\nprint("ok")\n', dict(rc=0)),
 ]
@@ -1798,10 +1800,12 @@ def _(ctx: Ctx) -> str:
 def _(ctx: Ctx) -> str:
     site = ctx.sample()
     res = ctx.il("check", "lab-99-nope", cwd=site)
-    expect_no_crash(res, "check lab-99-nope", rcs=(1,))
-    if not re.search(r":\d+:\d+: error: ", res.err):
-        raise Fail(f"unknown lab id: stderr is not 'path:line:col: error:' lines plus a count {res.brief()}")
-    return "refused"
+    # A command-line mistake, not a file's: a usage error, exit 2 like click's own (an unknown
+    # option, a missing argument), in one line that names the id and the nearest known one.
+    expect_no_crash(res, "check lab-99-nope", rcs=(2,))
+    if res.err != "error: unknown lab 'lab-99-nope' (did you mean 'lab-02-notes'?)\n":
+        raise Fail(f"unknown lab id: not one usage line {res.brief()}")
+    return "refused as a usage error"
 
 
 # ================================================================================================
@@ -2350,10 +2354,16 @@ add("serve", "odd paths get a 4xx, never a dropped connection", serve_case(_odd)
 
 def _redirects(ctx, site, proc, port) -> str:
     bad = []
-    for path, want in [("/labs", "/labs/"), ("/labs/lab-01-sample", "/labs/lab-01-sample/"), ("/static?x=1", "/static/"), ("/code/lab-01-sample", "/code/lab-01-sample/")]:
+    # A folder with a page redirects to its slash form (keeping the query); one without a page is
+    # not listed, as on a static host: 404.
+    for path, want in [("/labs/lab-01-sample", "/labs/lab-01-sample/"), ("/labs/lab-01-sample?x=1", "/labs/lab-01-sample/?x=1")]:
         got = http_raw(port, request(path))
         if got.status != 301 or got.headers.get("location") != want:
             bad.append(f"{path} -> {got.status or got.error} Location {got.headers.get('location')!r} (want 301 {want})")
+    for path in ["/labs", "/static?x=1", "/code/lab-01-sample", "/labs/"]:
+        got = http_raw(port, request(path))
+        if got.status != 404:
+            bad.append(f"{path} -> {got.status or got.error} (want 404: a folder without a page is not listed)")
     for path in ["//labs", "///labs", "//evil.example/..%2flabs", "/\\evil.example/%2e%2e/labs", "//%2flabs"]:
         got = http_raw(port, request(path))
         location = got.headers.get("location", "")
@@ -2877,11 +2887,15 @@ def _(ctx: Ctx) -> str:
 def _(ctx: Ctx) -> str:
     code = ('open("fig.svg", "w").write(\'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script>alert("PWN")</script></svg>\')\nprint("ok")\n')
     site = ctx.site({"lab-01-x": (mini_lab(1, "lab-01-x", run="{expect: ['ok'], artifacts: [fig.svg]}"), {"code/lab-01-x/main.py": code})})
-    expect_success(ctx.il("check", cwd=site), "check")
-    res = ctx.il("build", cwd=site)
-    expect_success(res, "build")
+    res = ctx.il("check", cwd=site)
+    expect_no_crash(res, "check", rcs=(1,))  # the run fails, naming why; nothing of it is kept
+    if "artifact 'fig.svg' is an SVG with" not in res.err:
+        raise Fail(f"check: the failure does not say why {res.brief()}")
+    expect_success(ctx.il("build", cwd=site), "build")
+    if list((site / "output").rglob("fig.svg")):
+        raise Fail("the SVG artifact was published")
     expect_safe_site(site / "output")
-    return "no script"
+    return "the run failed and nothing was published"
 
 
 # ================================================================================================
