@@ -13,8 +13,8 @@ The pipeline, one module a stage (build.py runs them, one lab at a time, only fo
 
 Declarations: models.py (every manifest field, declared once) over schema.py (the spec types).
 Shared by the stages: markdown.py (the one Markdown parser), mathml.py, urls.py, errors.py.
-Beside the pipeline: runner.py (starters as processes) with results.py and claims.py for
-`check`; serve.py (the long-lived server); scaffold.py (`new`); cli.py (the command-line edge).
+Beside the pipeline: runner.py (starters as processes, under supervise.py and, with --sandbox,
+sandbox.py) with results.py and claims.py for `check`; serve.py (the long-lived server); scaffold.py (`new`); cli.py (the command-line edge).
 """
 
 __version__ = "0.1.0"
