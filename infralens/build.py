@@ -28,13 +28,13 @@ PARALLEL_FROM = 24
 """Below this many labs to parse or render, a pool of processes costs more than it saves."""
 
 SEARCH_INDEX = "search-index.js"
+"""Where the search index goes under output/; templates/_search.html points the search box at it."""
 
 SITE_MARKER = ".infralens-site"
 """A file every build writes into output/: a folder without it (and without a build on record) holds
 someone else's files, which a build would remove as strays, so it is refused."""
 
 MARKER_TEXT = "Written by `infralens build`, which removes any file in this folder that the site does not have.\n"
-"""Where the search index goes under output/; templates/_search.html points the search box at it."""
 
 STATE_FORMAT = "build-state-1"
 """Version of BuildState's layout, part of the key it is stored under: a new layout starts afresh."""
@@ -728,8 +728,8 @@ def start_worker(parent: int, context: RenderContext | None) -> None:
     """Set up a render worker: it dies with the build, leaves Ctrl-C to it, and knows the context.
 
     A worker shares the build's open lock file (fork): one that outlived a killed build would keep
-    every later build waiting. Linux kills it when the build dies (PR_SET_PDEATHSIG); elsewhere
-    the pool's own shutdown is the bound.
+    every later build waiting. Linux kills it when the build dies (PR_SET_PDEATHSIG); a build that
+    stops kills its workers itself.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops its workers itself, and says so once
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
