@@ -473,7 +473,7 @@ def run_labs(
     done = threading.Event()
 
     def sweep() -> None:
-        while not done.wait(0.1):
+        while not done.wait(0.5):  # each look reads every process's /proc stat: not too often
             running.kill_orphans()
 
     if reaper:  # an orphan can reach us a moment after its supervisor died: look for one now and then

@@ -68,9 +68,8 @@ class Plan:
 
 def new_lab(site_path: Path, lab_id: str, track: str, title: str) -> Scaffold:
     """Write a manifest and a starter for a new lab, refusing to overwrite anything."""
-    plan_lab(site_path, lab_id, track, title)  # refuse before taking the lock: a refusal writes nothing
     with one_new_at_a_time(site_path):
-        # Again under the lock: a `new` running beside this one may just have taken the number.
+        # Under the lock: a `new` running beside this one cannot take the number in between.
         plan = plan_lab(site_path, lab_id, track, title)
         write_lab(plan, site_path.parent)
     return Scaffold(plan.manifest, plan.starter)

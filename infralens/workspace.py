@@ -167,9 +167,14 @@ class Workspace:
         if info.st_size > MAX_PROJECT_FILE_BYTES:
             return f"{shown} is {info.st_size:,} bytes; a manifest or site file is at most {MAX_PROJECT_FILE_BYTES:,}"
         if path != self.site_file:
-            real = os.path.realpath(path)
-            if not real.startswith(self.root_real() + os.sep):
-                return f"{shown} is a symlink to a file outside the project ({real})"
+            return self.outside_project(path, shown)
+        return None
+
+    def outside_project(self, path: Path, shown: str) -> str | None:
+        """Say so when a path leads, through a symlink, to a file outside the project."""
+        real = os.path.realpath(path)
+        if not real.startswith(self.root_real() + os.sep):
+            return f"{shown} is a symlink to a file outside the project ({real})"
         return None
 
     def root_real(self) -> str:
@@ -295,9 +300,9 @@ class Workspace:
                 except OSError:
                     problems.add(Mark(shown), f"{shown} is a broken symlink")
                     continue
-                real = os.path.realpath(path)
-                if not real.startswith(self.root_real() + os.sep):
-                    problems.add(Mark(shown), f"{shown} is a symlink to a file outside the project ({real})")
+                outside = self.outside_project(path, shown)
+                if outside:
+                    problems.add(Mark(shown), outside)
                 elif not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
                     problems.add(Mark(shown), f"{shown} is not a regular file")
         problems.raise_if_any()

@@ -131,6 +131,21 @@ def run_infralens(*args: str, cwd: Path, timeout: float = 300, env: dict[str, st
     )
 
 
+def add_starter(site: Path, name: str, code: str, run: str = "{}", role: str = "Tries something.") -> None:
+    """Give lab 01 of a sample site copy one more starter, `code/lab-01-sample/<name>`, run with `run`."""
+    (site / "code/lab-01-sample" / name).write_text(code)
+    manifest = site / "labs/lab-01-sample.yml"
+    entry = f"  - path: code/lab-01-sample/{name}\n    role: {role}\n    run: {run}\n"
+    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+
+
+def run_of(report: Path, name: str) -> dict:
+    """The result of the starter called `name` in a `check --json` report."""
+    import json
+
+    return next(run for run in json.loads(report.read_text())["results"] if run["starter"].endswith(f"/{name}"))
+
+
 @pytest.fixture
 def sample_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private copy of tests/sites/sample to build and break, with its own cache folder.

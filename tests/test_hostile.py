@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -13,16 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_infralens
+from conftest import add_starter, run_infralens
 from infralens.claims import printed
 from infralens.errors import Mark, Problem
-
-
-def add_starter(site: Path, name: str, code: str, run: str = "{}") -> None:
-    (site / "code/lab-01-sample" / name).write_text(code)
-    manifest = site / "labs/lab-01-sample.yml"
-    entry = f"  - path: code/lab-01-sample/{name}\n    role: Tries something.\n    run: {run}\n"
-    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
 
 
 @pytest.mark.unit

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_infralens
+from conftest import add_starter, run_infralens, run_of
 from infralens.runner import KEPT_OUTPUT, Output
 
 
@@ -79,14 +79,11 @@ def test_a_starter_printing_without_end_costs_check_a_bounded_amount_of_memory(s
     import subprocess
     import sys
 
-    (sample_site / "code/lab-01-sample/flood.py").write_text(FLOOD)
-    manifest = sample_site / "labs/lab-01-sample.yml"
-    entry = "  - path: code/lab-01-sample/flood.py\n    role: Prints until it is killed.\n    run: {timeout: 3}\n"
-    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    add_starter(sample_site, "flood.py", FLOOD, "{timeout: 3}", role="Prints until it is killed.")
     command = [sys.executable, "-m", "infralens", "check", "--json", str(tmp_path / "runs.json")]
     measured = subprocess.run([sys.executable, "-c", MEASURED, *command], cwd=sample_site, capture_output=True, text=True, timeout=120)
     peak_kib = int(measured.stdout.split()[-1])  # the largest process of the run: check, the supervisor or a starter
-    flood = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("flood.py"))
+    flood = run_of(tmp_path / "runs.json", "flood.py")
     assert flood["status"] == "timeout"
     left_out = int(flood["stdout"].split("[… ")[1].split()[0].replace(",", ""))
     assert left_out > 200 << 20, left_out  # it did print hundreds of megabytes in its three seconds
@@ -105,12 +102,9 @@ def test_a_starter_printing_without_end_costs_check_a_bounded_amount_of_memory(s
     ids=["symlink-to-dev-zero", "symlink-to-a-file", "fifo", "too-big"],
 )
 def test_an_artifact_that_is_not_a_small_regular_file_fails_the_run_and_is_not_kept(writes: str, reason: str, sample_site: Path, tmp_path: Path) -> None:
-    (sample_site / "code/lab-01-sample/art.py").write_text(f"import os, sys\n{writes}\n")
-    manifest = sample_site / "labs/lab-01-sample.yml"
-    entry = "  - path: code/lab-01-sample/art.py\n    role: Leaves an artifact.\n    run: {artifacts: [out.txt], timeout: 20}\n"
-    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    add_starter(sample_site, "art.py", f"import os, sys\n{writes}\n", "{artifacts: [out.txt], timeout: 20}", role="Leaves an artifact.")
     result = run_infralens("check", "--json", str(tmp_path / "runs.json"), cwd=sample_site, timeout=60)
-    run = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("art.py"))
+    run = run_of(tmp_path / "runs.json", "art.py")
     assert result.returncode == 1 and (run["status"], run["reason"]) == ("failed", reason)
     assert run["artifacts"] == [] and not list((sample_site / ".infralens/runs").rglob("out.txt"))
 
@@ -144,12 +138,9 @@ SVG = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/19
     ids=["onload", "script", "javascript-link", "remote-image", "foreign-object", "style-import"],
 )
 def test_an_svg_artifact_that_could_run_or_fetch_fails_the_run(drawing: str, reason: str, sample_site: Path, tmp_path: Path) -> None:
-    (sample_site / "code/lab-01-sample/fig.py").write_text(f"open('fig.svg', 'w').write({SVG.format(drawing)!r})\n")
-    manifest = sample_site / "labs/lab-01-sample.yml"
-    entry = "  - path: code/lab-01-sample/fig.py\n    role: Draws.\n    run: {artifacts: [fig.svg]}\n"
-    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    add_starter(sample_site, "fig.py", f"open('fig.svg', 'w').write({SVG.format(drawing)!r})\n", "{artifacts: [fig.svg]}", role="Draws.")
     result = run_infralens("check", "--json", str(tmp_path / "runs.json"), cwd=sample_site, timeout=60)
-    run = next(r for r in json.loads((tmp_path / "runs.json").read_text())["results"] if r["starter"].endswith("fig.py"))
+    run = run_of(tmp_path / "runs.json", "fig.py")
     assert result.returncode == 1 and (run["status"], run["reason"]) == ("failed", reason)
 
 

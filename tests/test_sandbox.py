@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_infralens
+from conftest import add_starter, run_infralens, run_of
 from infralens.sandbox import SandboxUnavailable, open_sandbox
 
 pytestmark = pytest.mark.cli
@@ -39,16 +38,12 @@ print("SCRATCH AND TMPDIR WRITABLE")
 
 def hostile_site(sample_site: Path, port: int, victims: list[Path]) -> None:
     """Add a second starter to lab 01 that tries to write each victim and to connect to `port`."""
-    (sample_site / "code/lab-01-sample/hostile.py").write_text(HOSTILE)
-    manifest = sample_site / "labs/lab-01-sample.yml"
     args = ", ".join(f"'{arg}'" for arg in [str(port), *map(str, victims)])
-    entry = f"  - path: code/lab-01-sample/hostile.py\n    role: Tries to escape.\n    run: {{args: [{args}], artifacts: [artifact.txt]}}\n"
-    manifest.write_text(manifest.read_text().replace("preview:\n", entry + "preview:\n", 1))
+    add_starter(sample_site, "hostile.py", HOSTILE, f"{{args: [{args}], artifacts: [artifact.txt]}}", role="Tries to escape.")
 
 
 def hostile_output(tmp_path: Path) -> str:
-    results = json.loads((tmp_path / "runs.json").read_text())["results"]
-    return next(run for run in results if run["starter"].endswith("hostile.py"))["stdout"]
+    return run_of(tmp_path / "runs.json", "hostile.py")["stdout"]
 
 
 @pytest.fixture
