@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import yaml
+
 from infralens.errors import Mark
+
 from infralens.schema import (
     INVALID,
     MARKDOWN,
@@ -28,8 +31,11 @@ from infralens.schema import (
     Record,
     Regex,
     Text,
+    Spec,
     Url,
     declared,
+    describe,
+    scalar_value,
     derived,
     parse_range,
     record,
@@ -139,6 +145,44 @@ class RunSpec:
     )
 
 
+@dataclass(frozen=True)
+class StateChoice:
+    """What a starter or key block shows of the execution state `check` records: nothing
+    (`state: false`), or only the named variables (`state: [a, b]`)."""
+
+    shown: bool
+    names: tuple[tuple[str, Mark], ...] = ()
+    """The variables to show, each with where the manifest names it; empty: every one."""
+    mark: Mark | None = None
+
+    def allows(self, name: str) -> bool:
+        return self.shown and (not self.names or any(name == n or name.startswith(n + ".") for n, _ in self.names))
+
+
+STATE_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+
+
+class StateSpec(Spec):
+    """`false`, or a list of variable names (`a`, `self.x`) whose recorded values to show."""
+
+    def __init__(self, doc: str) -> None:
+        self.doc = doc
+        self.names = ListOf(Text(pattern=STATE_NAME, pattern_hint="a variable name like 'kv_bytes' or 'self.blocks'"), min_items=1)
+
+    def check(self, node: yaml.Node, ctx: Context):
+        if isinstance(node, yaml.SequenceNode):
+            names = self.names.check(node, ctx)
+            if names is INVALID:
+                return INVALID
+            return StateChoice(True, tuple(zip(names, (ctx.mark(child) for child in node.value))), ctx.mark(node))
+        if not isinstance(node, yaml.ScalarNode) or scalar_value(node) is not False:
+            return ctx.error(node, f"expected false or a list of variable names, got {describe(node)}")
+        return StateChoice(False, (), ctx.mark(node))
+
+    def json_schema(self) -> dict:
+        return {"anyOf": [{"const": False}, self.names.json_schema()], "description": self.doc}
+
+
 def _starter(f: Fields, ctx: Context) -> dict:
     """A .py or .md starter runs unless it says `run: false`; other files only with a reason to refuse."""
     path, run = f.values["path"], f.values["run"]
@@ -166,6 +210,10 @@ class Starter:
         ),
         indexed=False,
     )
+    state: StateChoice | None = declared(StateSpec(
+        "The execution state `check` records for the lines of the page's excerpt (on by default for the "
+        "previewed starter): false records and shows none; a list of names shows only those variables."
+    ), indexed=False)
     mark: Mark = derived("Where the manifest declares the starter's path.")
 
 
@@ -257,6 +305,10 @@ class KeyBlockSpec:
     )
     note: str = declared(Prose("What these lines do and why. " + MARKDOWN), required=True)
     mark: Mark = derived("Where the `lines:` value is, so a binding error points at it.")
+    state: StateChoice | None = declared(StateSpec(
+        "The execution state shown for these lines: false records and shows none (its lines are not "
+        "traced); a list of names shows only those variables, each of which a line of the block must bind."
+    ), indexed=False)
 
 
 @dataclass(frozen=True)
@@ -411,6 +463,8 @@ class KeyBlock:
     last: int
     ordinal: int
     """1-based position in the lab's list of key blocks, shown as the line's badge."""
+    state: StateChoice | None = None
+    """What the block shows of the recorded execution state (None: everything its lines bind)."""
 
 
 @dataclass(frozen=True)
@@ -459,6 +513,10 @@ class RunResult:
     """Names of the artifacts the run wrote, kept beside its stored result."""
     cached: bool = False
     """True when this result was read from the store instead of running again."""
+    traced: tuple[tuple[int, int], ...] = ()
+    """The line spans whose execution state the run recorded (none when it recorded none)."""
+    state: str = ""
+    """The recorded execution state, as trace_state.py wrote it (JSON), when the run passed."""
 
     @property
     def passed(self) -> bool:

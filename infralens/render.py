@@ -19,6 +19,8 @@ from infralens.errors import InputError, Mark, Problem
 from infralens.markdown import parser
 from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
+from infralens.resolve import traced_spans
+from infralens.state import STATE_FILE, PageState, block_rows, page_state, state_script
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class CodeRow:
     """Badges of the key blocks that start on this line."""
     gap_before: bool
     """True when lines were left out just above (a hidden marker), so the numbers jump."""
+    hint: str = ""
+    """The value the checked run recorded this line holding (`→ 524,288`), if any."""
 
 
 @dataclass(frozen=True)
@@ -68,15 +72,17 @@ def root_prefix(page_path: str) -> str:
     return "../" * (len(PurePosixPath(page_path).parts) - 1)
 
 
-def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...]) -> tuple[CodeRow, ...]:
-    """Pair each shown line with the key blocks bound to it; each binding is (block, note URL)."""
+def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...], state: PageState | None = None) -> tuple[CodeRow, ...]:
+    """Pair each shown line with the key blocks bound to it (each binding is (block, note URL))
+    and the value hint of its recorded state."""
     rows = []
     previous = None
     for line in lines:
         bound = [(b, href) for b, href in bindings if b.first <= line.number <= b.last]
         badges = tuple(Badge(b.ordinal, b.name, href) for b, href in bound if b.first == line.number)
         gap = previous is not None and line.number != previous + 1
-        rows.append(CodeRow(line.number, Markup(line.html), tuple(b.slug for b, _ in bound), badges, gap))
+        recorded = state.lines.get(line.number) if state is not None else None
+        rows.append(CodeRow(line.number, Markup(line.html), tuple(b.slug for b, _ in bound), badges, gap, recorded.hint if recorded else ""))
         previous = line.number
     return tuple(rows)
 
@@ -152,14 +158,18 @@ class Renderer:
     def render_lab_pages(self, site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile], runs: dict[str, RunResult], nav) -> list[Page]:
         """Render a lab's page and the source view of each of its starters."""
         lab = resolved.lab
-        pages = [self.render_lab(site, resolved, runs, nav)]
-        bindings = tuple(Binding(lab, block) for block in resolved.excerpt.key_blocks)
+        excerpt = resolved.excerpt
+        state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
+        pages = [self.render_lab(site, resolved, runs, nav, state)]
+        if state is not None:
+            pages.append(Page(f"{PurePosixPath(lab_url(lab.id)).parent}/{STATE_FILE}", state_script(state)))
+        bindings = tuple(Binding(lab, block) for block in excerpt.key_blocks)
         for starter in lab.starters:
-            bound = bindings if starter.path == resolved.excerpt.starter else ()
-            pages.append(self.render_source(site, lab, starter, sources[starter.path], bound))
+            previewed = starter.path == excerpt.starter
+            pages.append(self.render_source(site, lab, starter, sources[starter.path], bindings if previewed else (), state if previewed else None))
         return pages
 
-    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav) -> Page:
+    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
@@ -170,7 +180,10 @@ class Renderer:
             lab=lab,
             excerpt=excerpt,
             runs=runs,
-            rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks)),
+            rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks), state),
+            state=state,
+            state_rows={b.slug: block_rows(state, b) for b in excerpt.key_blocks},
+            state_file=STATE_FILE,
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,
@@ -179,8 +192,9 @@ class Renderer:
         )
         return Page(path, html)
 
-    def render_source(self, site: Site, lab: Lab, starter: Starter, source: SourceFile, bindings: tuple[Binding, ...]) -> Page:
-        """Render a starter's whole file with addressable lines and its bound lines marked."""
+    def render_source(self, site: Site, lab: Lab, starter: Starter, source: SourceFile, bindings: tuple[Binding, ...], state: PageState | None = None) -> Page:
+        """Render a starter's whole file with addressable lines, its bound lines marked and the
+        value hints of its recorded state."""
         path = source_url(source.path)
         root = root_prefix(path)
         notes = tuple((b.block, f"{root}{lab_url(b.lab.id)}#kb-{b.block.slug}") for b in bindings)
@@ -190,7 +204,7 @@ class Renderer:
             lab=lab,
             starter=starter,
             source=source,
-            rows=code_rows(source.lines, notes),
+            rows=code_rows(source.lines, notes, state),
             bindings=bindings,
             root=root,
             raw_name=PurePosixPath(source.path).name,

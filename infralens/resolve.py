@@ -175,5 +175,83 @@ def resolve_excerpt(lab: Lab, source: SourceFile, problems: Problems) -> Excerpt
             suffix += 1
             slug = f"{base}-{suffix}"
         slugs.add(slug)
-        blocks.append(KeyBlock(spec.name, slug, spec.note, *bound, ordinal=len(blocks) + 1))
-    return Excerpt(source.path, lines, tuple(blocks))
+        blocks.append(KeyBlock(spec.name, slug, spec.note, *bound, ordinal=len(blocks) + 1, state=spec.state))
+    excerpt = Excerpt(source.path, lines, tuple(blocks))
+    check_state_names(lab, excerpt, source, problems)
+    return excerpt
+
+
+def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
+    """Return the line spans whose execution state `check` records: the excerpt's lines, less
+    those of key blocks that say `state: false`; none when the previewed starter says so."""
+    starter = next((s for s in lab.starters if s.path == excerpt.starter), None)
+    if starter is None or starter.run is None or (starter.state is not None and not starter.state.shown):
+        return ()
+    hidden = {n for b in excerpt.key_blocks if b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
+    numbers = [line.number for line in excerpt.lines if line.number not in hidden]
+    spans: list[tuple[int, int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], number)
+        else:
+            spans.append((number, number))
+    return tuple(spans)
+
+
+def trace_spans_of(lab: Lab, text: str) -> tuple[tuple[int, int], ...]:
+    """`traced_spans` from the previewed starter's text alone (what `check` needs; no highlighting).
+    Empty when the excerpt cannot be cut: the build reports why."""
+    from infralens.models import SourceFile
+
+    path = lab.preview.starter
+    rows = text.split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    source = SourceFile(path, text, tuple(SourceLine(n, row, "") for n, row in enumerate(rows, start=1)), "text")
+    problems = Problems()
+    excerpt = resolve_excerpt(lab, source, problems)
+    if excerpt is None or problems:
+        return ()
+    return traced_spans(lab, excerpt)
+
+
+def bound_names(source: SourceFile, first: int, last: int) -> list[str]:
+    """The names the statements starting on lines first..last bind, and the parameters of a
+    function defined there: what a state list may name."""
+    from infralens.trace_state import python_of, statement_names
+
+    text = source.text
+    if source.path.endswith(".md"):
+        from infralens.markdown import python_blocks
+
+        text = python_of(text, python_blocks(text))
+    try:
+        tree = ast.parse(text)
+        names, _ = statement_names(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found = [name for line, bound in names.items() if first <= line <= last for name in bound]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first <= node.lineno <= last:
+            args = node.args
+            found += [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None]
+    return list(dict.fromkeys(found))
+
+
+def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """Every variable a state list names must be bound by a line it covers."""
+    wanted = []
+    for starter in lab.starters:
+        if starter.state is None or not starter.state.names:
+            continue
+        if starter.path != excerpt.starter:
+            problems.add(starter.state.mark, f"state: only the previewed starter ({excerpt.starter}) records execution state, not {starter.path}")
+        else:
+            wanted.append((starter.state, excerpt.first, excerpt.last, f"the excerpt of {starter.path}"))
+    wanted += [(b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})") for b in excerpt.key_blocks if b.state is not None and b.state.names]
+    for choice, first, last, where in wanted:
+        known = bound_names(source, first, last)
+        for name, mark in choice.names:
+            if name not in known and not any(name.startswith(k + ".") for k in known):
+                listed = ", ".join(known[:12]) or "none"
+                problems.add(mark, f"state: {name!r} is not bound by any line of {where}; names bound there: {listed}")

@@ -1,8 +1,8 @@
 """Run results kept between runs: a starter is re-run only when something it depends on changed.
 
 A result is stored under `<cache>/runs/<key>/` (result.json plus the run's artifacts; the cache
-folder is the workspace's), where the key hashes everything the run depends on: the files of the starter's folder, its run spec, and the
-Python and PyTorch versions. `check` reads a stored result instead of running again; `build` reads
+folder is the workspace's), where the key hashes everything the run depends on: the files of the starter's folder, its run spec, the
+Python and PyTorch versions, and the tracer that records its execution state. `check` reads a stored result instead of running again; `build` reads
 the result of each starter's current version to show on its page.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from infralens.errors import Mark
 from infralens.models import RunResult, Starter
 
-_FORMAT = "infralens-run-1"
+_FORMAT = "infralens-run-2"
 
 
 @lru_cache(maxsize=None)
@@ -56,13 +56,19 @@ def run_key(root: Path, starter: Starter) -> str:
     """Hash what a starter's run depends on: its folder's files, its run spec, Python and torch."""
     digest = hashlib.sha256()
     folder = (root / starter.path).parent
-    parts = [_FORMAT, starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
+    parts = [_FORMAT, tracer_digest(), starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
     for part in parts:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
         digest.update(file_digest(path))
     return digest.hexdigest()[:24]
+
+
+@lru_cache(maxsize=None)
+def tracer_digest() -> str:
+    """Identify the tracer a run is recorded with (trace_state.py): a changed tracer records anew."""
+    return hashlib.sha256(Path(__file__).with_name("trace_state.py").read_bytes()).hexdigest()
 
 
 HASHED_BYTES = 64 << 20
@@ -114,6 +120,7 @@ class ResultStore:
             record = json.loads((self.slot(key) / "result.json").read_text(encoding="utf-8"))
             record["mark"] = Mark(**record["mark"])
             record["artifacts"] = tuple(record["artifacts"])
+            record["traced"] = tuple(tuple(span) for span in record.get("traced", ()))
             return RunResult(**record)
         except (OSError, ValueError, TypeError, KeyError):
             return None

@@ -37,6 +37,11 @@ SUPERVISE = Path(__file__).with_name("supervise.py")
 RUN_MARKDOWN = Path(__file__).with_name("run_markdown.py")
 """The program that runs a Markdown starter's python blocks (run by path, importing nothing of ours)."""
 
+TRACE_STATE = Path(__file__).with_name("trace_state.py")
+"""The program that runs a starter while recording the execution state of its excerpt's lines."""
+
+Spans = tuple[tuple[int, int], ...]
+
 # Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
 # caller's PYTHONPATH) is left out so a run depends only on the file and its arguments.
 _KEPT_ENV = ("PATH", "SYSTEMROOT", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -200,17 +205,29 @@ CAPTURE_BYTES = 16 << 20
 """Bytes of a run's stdout (and of its stderr) read into memory: the first and last halves of it."""
 
 
-def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None, sandbox: Sandbox | None = None) -> RunResult:
+def run_starter(
+    lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None, sandbox: Sandbox | None = None, spans: Spans = ()
+) -> RunResult:
     """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
     every declared artifact written. Artifacts are copied into `keep` when it is given; with a
-    sandbox, the starter runs inside it (see sandbox.py).
+    sandbox, the starter runs inside it (see sandbox.py). With `spans`, it runs under the tracer,
+    which records the execution state of those lines (kept only when the run passes).
     """
     assert starter.run is not None
     source = (root / starter.path).resolve()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
     # blocks goes in a folder beside it.
     with run_folder("infralens-run-") as scratch, run_folder("infralens-blocks-") as side:
-        if source.suffix == ".md":
+        # The state goes in a folder of the run's own that a sandbox lets it write (bound as its TMPDIR).
+        state_file = Path(side, "tmp", "state.json")
+        Path(side, "tmp").mkdir()
+        if spans:  # the tracer runs the starter itself, .py or .md, and writes the state beside it
+            spec: dict = {"ranges": spans, "output": str(state_file)}
+            if source.suffix == ".md":
+                spec["blocks"] = python_blocks(source.read_text(encoding="utf-8"))
+            Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+            command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
+        elif source.suffix == ".md":
             blocks = Path(side, "blocks.json")
             blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *starter.run.args]
@@ -218,7 +235,6 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
             command = [sys.executable, str(source), *starter.run.args]
         if sandbox is not None:
             temporary = Path(side, "tmp")
-            temporary.mkdir()
             command = sandbox.wrap(command, scratch, str(temporary))
         started = time.perf_counter()
         options = dict(
@@ -253,6 +269,7 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
+        state = read_state(state_file) if spans else ""
     text = stdout.text()
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
@@ -287,7 +304,30 @@ def run_starter(lab: Lab, starter: Starter, root: Path, keep: Path | None = None
         mark=starter.mark,
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
+        traced=spans,
+        state=state if status == "passed" else "",  # a failed run's state would be stale on the page
     )
+
+
+MAX_STATE_BYTES = 80 * 1024
+"""Largest state file read back: the tracer caps its JSON at 64 KiB, a bigger file is not its own."""
+
+
+def read_state(path: Path) -> str:
+    """Return the state the tracer wrote, as compact JSON, or "" when there is none to trust.
+
+    The file is written by code the starter could have interfered with, so it is read as plain
+    data, bounded, and must have the tracer's shape.
+    """
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_STATE_BYTES:
+            return ""
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(state, dict) or state.get("version") != 1 or not isinstance(state.get("lines"), dict) or not isinstance(state.get("calls"), dict):
+        return ""
+    return json.dumps(state, separators=(",", ":"), ensure_ascii=False)
 
 
 MAX_ARTIFACT_BYTES = 8 << 20
@@ -375,19 +415,24 @@ KEPT_OUTPUT = 1 << 20
 """Bytes of a run's stdout (and stderr) stored with its result; the checks read up to CAPTURE_BYTES."""
 
 
-def run_or_recall(lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None, sandbox: Sandbox | None = None) -> RunResult:
-    """Return the stored result of this exact version of the starter, or run it and store the result."""
+def run_or_recall(
+    lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None, sandbox: Sandbox | None = None, spans: Spans = ()
+) -> RunResult:
+    """Return the stored result of this exact version of the starter, or run it and store the result.
+
+    A stored result counts only if it recorded the state of the same lines the page now shows.
+    """
     if store is None:
-        return run_starter(lab, starter, root, running=running, sandbox=sandbox)
+        return run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans)
     key = run_key(root, starter)
     if use_cache:
         stored = store.load(key)
-        if stored is not None:
+        if stored is not None and stored.traced == spans:
             # The manifest may have moved since; point failures at where the starter is declared now.
             return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
     staging = store.staging(key)
     try:
-        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox)
+        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -426,16 +471,19 @@ def runnable(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter]]:
 
 
 def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
-    """Fail the lab's last run when its page states a figure that none of its runs printed."""
+    """Fail the lab's last run when its page states a figure that none of its runs printed and no
+    line of its excerpt was recorded holding."""
+    from infralens.state import recorded_text
+
     if not results:
         return results
-    output = "\n".join(result.stdout for result in results)
+    output = "\n".join([*(result.stdout for result in results), *(recorded_text(result.state) for result in results)])
     missing = unbacked_figures(lab, output)
     if not missing or not results[-1].passed:
         return results
     line, col = figure_line(manifest_text, missing[0])
     more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
-    reason = f"the page states {missing[0]} but no starter of the lab prints it{more}"
+    reason = f"the page states {missing[0]} but no starter of the lab prints it or records it on a line{more}"
     failed = replace(results[-1], status="failed", reason=reason, mark=Mark(lab.path, line, col))
     return [*results[:-1], failed]
 
@@ -448,6 +496,17 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         return False
+
+
+def lab_spans(lab: Lab, root: Path) -> Spans:
+    """The lines of a lab's excerpt whose state its previewed starter's run records."""
+    from infralens.resolve import trace_spans_of
+
+    try:
+        text = (root / lab.preview.starter).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ()
+    return trace_spans_of(lab, text)
 
 
 def run_labs(
@@ -468,6 +527,7 @@ def run_labs(
     `on_result` sees each one as soon as its lab is complete.
     """
     pairs = runnable(labs)
+    spans = {lab.id: lab_spans(lab, root) for lab in labs}
     running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     done = threading.Event()
@@ -480,7 +540,9 @@ def run_labs(
         threading.Thread(target=sweep, daemon=True).start()
     try:
         futures = {
-            (lab.id, starter.path): pool.submit(run_or_recall, lab, starter, root, store, use_cache, running, sandbox)
+            (lab.id, starter.path): pool.submit(
+                run_or_recall, lab, starter, root, store, use_cache, running, sandbox, spans[lab.id] if starter.path == lab.preview.starter else ()
+            )
             for lab, starter in pairs
         }
         results: list[RunResult] = []

@@ -2,7 +2,9 @@
 
 Usage: python trace_state.py STARTER SPEC.json [ARG ...]. SPEC names the line ranges to record
 and the file to write the state into; the starter runs as `__main__` with ARG as its arguments,
-exactly as `python STARTER ARG ...` would run it, and prints what it would print.
+exactly as `python STARTER ARG ...` would run it, and prints what it would print. A Markdown
+starter's SPEC also lists its python blocks ([first line, code], as run_markdown.py takes them):
+they run in order in one namespace, each compiled at its real lines of the .md file.
 
 What is recorded, for each statement that starts inside a range:
 - the names it binds or mutates (assignment targets, `for` and `with` targets, augmented
@@ -116,17 +118,42 @@ def _values(flat: list) -> str:
     return f"[{shown}{', …' if len(flat) > ITEMS else ''}]"
 
 
+def quiet_torch():
+    """A context in which reading a tensor's values runs no torch function or dispatch mode of the
+    starter's: its mode would otherwise see, count or time the tracer's own `min()` and `max()`.
+    None when this torch has no way to say so (its values are then not read)."""
+    import contextlib
+
+    import torch
+
+    try:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch._C.DisableTorchFunction())
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        stack.enter_context(_disable_current_modes())
+        return stack
+    except (AttributeError, ImportError, RuntimeError):
+        return None
+
+
 def _tensor(t) -> str:
     shape = "(" + ", ".join(str(d) for d in t.shape) + ("," if t.dim() == 1 else "") + ")"
     dtype = str(t.dtype).replace("torch.", "")
     size = t.numel() * t.element_size()
     text = f"Tensor {shape} {dtype} {t.device.type} {size:,} B"
-    if t.device.type != "cpu" or str(t.layout) != "torch.strided" or t.numel() == 0 or t.is_quantized:
+    if t.device.type != "cpu" or str(t.layout) != "torch.strided" or t.numel() == 0 or t.is_quantized or t.is_meta:
         return text
-    flat = t.detach().reshape(-1)
-    text += " " + _values(flat[:ITEMS + 1].tolist())
-    if t.numel() > 1 and not t.is_complex() and str(t.dtype) != "torch.bool":
-        text += f" min {number(flat.min().item())} max {number(flat.max().item())}"
+    quiet = quiet_torch()
+    if quiet is None:
+        return text
+    with quiet:
+        if not t.is_contiguous() and t.numel() > 1 << 22:
+            return text  # reading it in order would copy it whole
+        flat = t.detach().reshape(-1)
+        text += " " + _values(flat[:ITEMS + 1].tolist())
+        if t.numel() > 1 and not t.is_complex() and str(t.dtype) != "torch.bool":
+            text += f" min {number(flat.min().item())} max {number(flat.max().item())}"
     return text
 
 
@@ -360,22 +387,51 @@ def capped(state: dict, limit: int = MAX_BYTES) -> dict:
     return state
 
 
+def python_of(source: str, blocks: list) -> str:
+    """The Python a Markdown starter runs, each block at its real lines and the prose blank, so
+    statements are found at the line numbers the .md file gives them."""
+    lines = [""] * (source.count("\n") + 1)
+    for first, code in blocks:
+        for offset, text in enumerate(code.split("\n")):
+            if first - 1 + offset < len(lines):
+                lines[first - 1 + offset] = text
+    return "\n".join(lines)
+
+
+def run_blocks(path: str, blocks: list) -> None:
+    """Run a Markdown starter's python blocks as run_markdown.py does."""
+    namespace = {"__name__": "__main__", "__file__": path}
+    for line, code in blocks:
+        exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
+
+
 def main() -> None:
     source_path, spec_path, *args = sys.argv[1:]
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     with open(source_path, encoding="utf-8") as handle:
         source = handle.read()
+    blocks = spec.get("blocks")
+    if blocks is not None:
+        source = python_of(source, blocks)
     tracer = Tracer(source_path, source, [tuple(r) for r in spec["ranges"]])
     sys.argv = [source_path, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(source_path))  # as `python STARTER` would have it
     sys.settrace(tracer)
     try:
-        runpy.run_path(source_path, run_name="__main__")
+        if blocks is None:
+            runpy.run_path(source_path, run_name="__main__")
+        else:
+            if not blocks:
+                sys.exit(f"{source_path}: no python blocks to run")
+            run_blocks(source_path, blocks)
     finally:
         sys.settrace(None)
-        with open(spec["output"], "w", encoding="utf-8") as handle:
-            json.dump(tracer.result(), handle)
+        try:
+            with open(spec["output"], "w", encoding="utf-8") as handle:
+                json.dump(tracer.result(), handle)
+        except OSError as error:  # the run's result stands; the page just shows no state
+            print(f"trace_state: could not write the state: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":

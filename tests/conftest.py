@@ -245,6 +245,13 @@ class Tab:
         self.page.goto(self.base + path)
         return self.page
 
+    def reader(self):
+        """Wait for the reader (static/reader.js), which loads when a reader first reaches for the
+        code or the notes (here: the pointer moves over the code) or follows a link to a line."""
+        self.page.hover("pre.code")
+        self.page.wait_for_function("window.InfraLensReader === true")
+        return self.page
+
 
 @pytest.fixture
 def open_tab(chromium, site_url: str):

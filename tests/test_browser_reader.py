@@ -33,7 +33,8 @@ def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(o
     page = tab.goto(LAB_PAGE)
     block = LAB.excerpt.key_blocks[1]
     assert len(shown_lines(block)) > 1
-    page.click(f"#kb-{block.slug} .kb-link")
+    page.click(f"#kb-{block.slug} .kb-link")  # the reader loads on this first click, then handles it
+    page.wait_for_function("window.InfraLensReader === true")
     assert selected(page) == shown_lines(block)
     assert page.evaluate("location.hash") == f"#kb-{block.slug}"
     panel = page.locator(".kb-panel")
@@ -56,6 +57,7 @@ def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(o
 def test_clicking_a_highlighted_line_shows_its_note(open_tab) -> None:
     tab = open_tab()
     page = tab.goto(LAB_PAGE)
+    tab.reader()
     block = LAB.excerpt.key_blocks[3]
     line = shown_lines(block)[-1]
     assert page.locator(".kb-panel").is_hidden()
@@ -73,6 +75,7 @@ def test_a_key_block_deep_link_restores_the_selection_on_load(open_tab) -> None:
     tab = open_tab()
     block = LAB.excerpt.key_blocks[4]
     page = tab.goto(f"{LAB_PAGE}#kb-{block.slug}")
+    tab.reader()
     page.wait_for_function("document.querySelector('.row.sel') !== null")
     assert selected(page) == shown_lines(block)
     assert block.name in page.locator(".kb-panel").inner_text()
@@ -86,6 +89,7 @@ def test_line_ranges_link_and_restore_on_the_source_view(open_tab) -> None:
     tab = open_tab()
     source = f"{LAB.excerpt.starter}.html"
     page = tab.goto(f"{source}#L20-L24")
+    tab.reader()
     assert selected(page) == [f"L{n}" for n in range(20, 25)]
     page.click("#L30 .ln")
     page.click("#L33 .ln", modifiers=["Shift"])
@@ -237,6 +241,7 @@ def test_screenshots_of_the_index_and_a_lab_page(open_tab, screenshot_dir: Path)
 def test_a_fragment_that_names_nothing_selects_nothing_and_logs_no_error(open_tab, fragment: str) -> None:
     tab = open_tab()
     page = tab.goto(LAB_PAGE + fragment)
+    tab.reader()
     page.wait_for_load_state("load")
     assert selected(page) == [] and page.locator(".kb-panel").is_hidden()
     assert tab.errors == []

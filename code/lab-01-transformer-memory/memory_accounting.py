@@ -138,10 +138,16 @@ def estimate_memory(config: Config) -> Ledger:
     # Every cached token keeps one K and one V vector per layer and per KV head.
     kv_bytes_per_token = 2 * layers * config.kv_heads * config.head_dim * config.precision_bytes
     kv_cache_bytes = config.batch_size * config.seq_len * kv_bytes_per_token
-    # endregion
     return Ledger(attention_per_layer, ffn_per_layer, embedding_params, total_params,
                   param_bytes, grad_bytes, master_bytes, adam_bytes, kv_bytes_per_token,
                   kv_cache_bytes)
+
+
+def exact_parameter_count(config: Config) -> int:
+    """Return the exact number of parameters; a tied weight is counted once."""
+    # The real module tree, built on the meta device: every tensor it would allocate, counted.
+    return sum(p.numel() for p in build_decoder(config).parameters())
+# endregion
 
 
 class DecoderLayer(nn.Module):
@@ -187,11 +193,6 @@ def build_decoder(config: Config) -> Decoder:
     """Build the decoder on the meta device, so a 7B model costs no memory at all."""
     with torch.device("meta"):
         return Decoder(config)
-
-
-def exact_parameter_count(config: Config) -> int:
-    """Return the exact number of parameters; a tied weight is counted once."""
-    return sum(p.numel() for p in build_decoder(config).parameters())
 
 
 def parameter_breakdown(config: Config) -> dict[str, int]:

@@ -3,6 +3,8 @@
    without this file. No dependencies. */
 (() => {
   const doc = document, html = doc.documentElement;
+  // The reader's script sits beside this one (run deferred, so currentScript names this file).
+  const readerSrc = doc.currentScript && doc.currentScript.src.replace(/infralens\.js([?#].*)?$/, "reader.js");
   const $ = (selector, scope = doc) => scope.querySelector(selector);
   const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
 
@@ -57,145 +59,37 @@
     box.hidden = false;
   }
 
-  /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
-  let listing = null, panel = null, anchor = null;
-  const rows = () => (listing ? $$(".row", listing) : []);
-  const lineOf = (row) => +row.id.slice(1);
-  const blocks = () => $$(".key-block");
-  const slugOf = (block) => block.id.slice(3);
-  const boundTo = (slug) => rows().filter((row) => (row.dataset.kb || "").split(" ").includes(slug));
-  const active = () => blocks().find((block) => block.classList.contains("active"));
-
-  function mark(chosen, block) {
-    rows().forEach((row) => row.classList.toggle("sel", chosen.includes(row)));
-    blocks().forEach((b) => b.classList.toggle("active", b === block));
-    showNote(block);
-  }
-
-  function setHash(hash) {
-    if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
-  }
-
-  function reveal(row) {
-    const box = row && row.getBoundingClientRect();
-    if (box && (box.top < 0 || box.bottom > innerHeight * 0.6)) row.scrollIntoView({ block: "center" });
-  }
-
-  function selectLines(first, last, scroll) {
-    [first, last] = [Math.min(first, last), Math.max(first, last)];
-    const chosen = rows().filter((row) => lineOf(row) >= first && lineOf(row) <= last);
-    if (!chosen.length) return false;
-    mark(chosen, null);
-    setHash(first === last ? `#L${first}` : `#L${first}-L${last}`);
-    if (scroll) reveal(chosen[0]);
-    return true;
-  }
-
-  function selectBlock(slug, scroll) {
-    const block = doc.getElementById("kb-" + slug);
-    if (!block || !block.classList.contains("key-block") || !listing) return false;
-    const chosen = boundTo(slug);
-    mark(chosen, block);
-    setHash("#kb-" + slug);
-    if (scroll) reveal(chosen[0]);
-    return true;
-  }
-
-  /* The selected block's note, kept in sight under the code while the code is on screen. */
-  function showNote(block) {
-    if (!panel) return;
-    panel.hidden = !block;
-    if (!block) return;
-    const all = blocks(), at = all.indexOf(block);
-    $(".kb-panel-title", panel).innerHTML = $(".kb-link", block).innerHTML;
-    $(".kb-panel-lines", panel).textContent = `Note ${at + 1} of ${all.length} · ${$(".kb-lines a", block).textContent}`;
-    $(".kb-panel-note", panel).innerHTML = $(".kb-note", block).innerHTML;
-    $(".kb-panel-prev", panel).disabled = at === 0;
-    $(".kb-panel-next", panel).disabled = at === all.length - 1;
-  }
-
-  function buildPanel(figure) {
-    panel = Object.assign(doc.createElement("div"), { className: "kb-panel", hidden: true });
-    panel.setAttribute("role", "region");
-    panel.setAttribute("aria-label", "Selected note");
-    panel.setAttribute("aria-live", "polite");
-    panel.innerHTML =
-      '<p class="kb-panel-head"><span class="kb-panel-title"></span> <span class="kb-panel-lines"></span></p>' +
-      '<div class="kb-panel-note"></div><p class="kb-panel-tools">' +
-      '<button type="button" class="kb-panel-prev">Previous note</button>' +
-      '<button type="button" class="kb-panel-next">Next note</button>' +
-      '<button type="button" class="kb-panel-close">Close</button></p>';
-    figure.insertBefore(panel, $("figcaption", figure));
-    const step = (delta) => {
-      const all = blocks(), next = all[all.indexOf(active()) + delta];
-      if (next) selectBlock(slugOf(next), true);
+  /* The reader (reader.js: selecting key blocks and lines, the note and execution-state panels)
+     loads when the reader reaches for the code or the notes, or follows a link to a line or note,
+     so it weighs nothing on the page's load. A click that comes before it has loaded is kept and
+     handled once it has. */
+  function setUpReaderLoader() {
+    const listing = $(".excerpt pre.code") || $(".page-source pre.code");
+    if (!listing || !readerSrc) return;
+    const src = readerSrc;
+    const zones = [listing, $(".key-blocks"), $(".bound-notes")].filter(Boolean);
+    let asked = false;
+    const load = () => {
+      if (asked) return;
+      asked = true;
+      doc.head.append(Object.assign(doc.createElement("script"), { src }));
     };
-    $(".kb-panel-prev", panel).onclick = () => step(-1);
-    $(".kb-panel-next", panel).onclick = () => step(1);
-    $(".kb-panel-close", panel).onclick = () => { mark([], null); setHash(""); };
-  }
-
-  /* The smallest key block bound to a row; clicking it again moves on to the next one there. */
-  function blockForRow(row) {
-    const slugs = (row.dataset.kb || "").split(" ").filter(Boolean);
-    const current = slugs.indexOf(active() && slugOf(active()));
-    if (current >= 0) return slugs[(current + 1) % slugs.length];
-    return slugs.sort((a, b) => boundTo(a).length - boundTo(b).length)[0];
-  }
-
-  function onListingClick(event) {
-    const link = event.target.closest("a"), row = event.target.closest(".row");
-    if (!row) return;
-    const onNumber = link ? link.classList.contains("ln")
-      : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
-    if (onNumber) {
+    const early = (event) => {
+      if (window.InfraLensReader) return;
+      const link = event.target.closest("a");
+      if (link && !link.matches(".ln, .kb-badge, .kb-link, [data-lines]")) return;  // other links just work
       event.preventDefault();
-      if (!event.shiftKey || anchor === null) anchor = lineOf(row);
-      selectLines(anchor, lineOf(row), false);
-    } else if (link && link.classList.contains("kb-badge") && link.hash && link.pathname === location.pathname) {
-      event.preventDefault();
-      selectBlock(link.hash.slice(4), false);
-    } else if (!link && panel && !String(getSelection())) {  // leave text selection alone
-      const slug = blockForRow(row);
-      if (slug) selectBlock(slug, false);
-    }
-  }
-
-  function onBlockClick(event) {
-    const block = event.target.closest(".key-block"), link = event.target.closest("a");
-    if (!block || (link && !link.matches(".kb-link, [data-lines]")) || (!link && String(getSelection()))) return;
-    event.preventDefault();
-    selectBlock(slugOf(block), true);
-  }
-
-  function followHash(scroll) {
-    let hash;
-    try { hash = decodeURIComponent(location.hash.slice(1)); } catch (e) { return false; }  // a mangled link
-    const range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
-    if (range) return selectLines(+range[1], +(range[2] || range[1]), scroll);
-    return hash.startsWith("kb-") && selectBlock(hash.slice(3), scroll);
-  }
-
-  function setUpReader() {
-    const figure = $(".excerpt");
-    listing = figure ? $("pre.code", figure) : $(".page-source pre.code");
-    if (!listing) return;
-    if (figure) buildPanel(figure);
-    listing.addEventListener("click", onListingClick);
-    $(".key-blocks")?.addEventListener("click", onBlockClick);
-    $$(".bound-notes a[data-lines]").forEach((link) => {
-      link.onclick = (event) => {
-        event.preventDefault();
-        const [first, last] = link.dataset.lines.split("-");
-        selectLines(+first, +last, true);
-      };
+      event.stopPropagation();
+      window.InfraLensEarlyClick = event;
+      load();
+    };
+    zones.forEach((zone) => {
+      zone.addEventListener("click", early, true);
+      ["pointerover", "focusin", "touchstart"].forEach((type) => zone.addEventListener(type, load, { passive: true }));
     });
-    addEventListener("hashchange", () => followHash(true));
-    // The browser jumps to a fragment's element once the page has loaded; show the code after that.
-    if (followHash(false)) {
-      const show = () => requestAnimationFrame(() => reveal($(".row.sel", listing)));
-      if (doc.readyState === "complete") show(); else addEventListener("load", show);
-    }
+    window.InfraLensReaderZones = { zones, early };
+    if (/^#(L\d|kb-)/.test(location.hash)) load();
+    addEventListener("hashchange", load);
   }
 
   /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
@@ -225,6 +119,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReader(); };
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

@@ -1,0 +1,179 @@
+"""Execution state for the pages: what a starter's checked run recorded its excerpt's lines holding.
+
+Pure: a RunResult (whose `state` trace_state.py wrote while `check` ran the starter), the lab and
+its resolved excerpt → what each line shows (a short hint at its end, a table per key block, the
+data the page's state panel steps through), and the text of every recorded value for the claims
+check. A run's state is shown only when it passed and recorded exactly the lines the excerpt has
+now; any other state is stale, and nothing of it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from infralens.models import Excerpt, KeyBlock, Lab, RunResult, StateChoice
+
+STATE_FILE = "state.js"
+"""The file beside a lab page that holds its recorded state, loaded on a reader's first selection."""
+
+HINT = 36
+"""Longest value hint at the end of a line, in characters."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One recorded value: the name it was bound to, and its summary."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class LineState:
+    """What one line's last recorded run bound, or, for a `def` line, its last call's inputs and return."""
+
+    number: int
+    results: tuple[Shown, ...]
+    inputs: tuple[Shown, ...]
+    returned: str | None
+    count: int
+    """How many times the line ran (or the function was called)."""
+    exact: bool
+    """False when part of the runs were not traced, so `count` is a lower bound."""
+
+    @property
+    def hint(self) -> str:
+        """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for a call."""
+        if self.returned is not None:
+            text = "↩ " + self.returned
+        elif len(self.results) == 1:
+            text = "→ " + self.results[0].value
+        else:
+            text = "→ " + ", ".join(f"{s.name} = {s.value}" for s in self.results)
+        if len(text) > HINT:
+            text = text[: HINT - 1] + "…"
+        if self.count > 1:
+            text += f" (last of {self.count:,}{'' if self.exact else '+'})"
+        return text
+
+
+@dataclass(frozen=True)
+class PageState:
+    """The state a lab page shows: per line, and the data its panel loads."""
+
+    lines: dict[int, LineState]
+    data: dict
+    """Every kept run of every shown line, for the panel (written as the lab's state.js)."""
+    finished: str
+    truncated: bool
+
+
+def recorded(result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> dict | None:
+    """Return a run's recorded state if it may be shown next to lines traced as `spans`, else None."""
+    if result is None or not result.passed or not result.state or not spans or result.traced != spans:
+        return None
+    try:
+        state = json.loads(result.state)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) and state.get("version") == 1 else None
+
+
+def recorded_text(state_json: str) -> str:
+    """Every value a run recorded, one per line: what the claims check may find a figure in."""
+    if not state_json:
+        return ""
+    try:
+        state = json.loads(state_json)
+    except ValueError:
+        return ""
+    values: list[str] = []
+    for entry in state.get("lines", {}).values():
+        for sample in entry.get("samples", ()):
+            values.extend(str(v) for v in sample.get("values", {}).values())
+    for entry in state.get("calls", {}).values():
+        for sample in entry.get("samples", ()):
+            values.extend(str(v) for v in sample.get("inputs", {}).values())
+            if "return" in sample:
+                values.append(str(sample["return"]))
+    return "\n".join(values)
+
+
+def choice_for(line: int, starter_choice: StateChoice | None, blocks: tuple[KeyBlock, ...]) -> list[StateChoice]:
+    """The state choices that apply to a line: the starter's, and those of the key blocks bound to it."""
+    choices = [starter_choice] if starter_choice is not None else []
+    return choices + [b.state for b in blocks if b.state is not None and b.first <= line <= b.last]
+
+
+def allowed(name: str, choices: list[StateChoice]) -> bool:
+    return all(choice.allows(name) for choice in choices)
+
+
+def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> PageState | None:
+    """Return what the page shows of a run's state, or None when there is nothing (fresh) to show."""
+    state = recorded(result, spans)
+    if state is None:
+        return None
+    starter = next(s for s in lab.starters if s.path == excerpt.starter)
+    shown_lines = {line.number for line in excerpt.lines}
+    lines: dict[int, LineState] = {}
+    data_lines: dict[str, dict] = {}
+    data_calls: dict[str, dict] = {}
+
+    def pairs(values: dict, choices: list[StateChoice]) -> list[list[str]]:
+        return [[name, str(value)] for name, value in values.items() if allowed(name, choices)]
+
+    for key, entry in state.get("lines", {}).items():
+        number = int(key)
+        choices = choice_for(number, starter.state, excerpt.key_blocks)
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
+        if number not in shown_lines or not samples or any(not c.shown for c in choices):
+            continue
+        kept = [{"n": s.get("n", 1), "k": s.get("call", 0), "v": pairs(s.get("values", {}), choices)} for s in samples]
+        if not any(sample["v"] for sample in kept):
+            continue
+        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
+        last = kept[-1]["v"]
+        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"])
+    for key, entry in state.get("calls", {}).items():
+        number = int(key)
+        choices = choice_for(number, starter.state, excerpt.key_blocks)
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
+        if number not in shown_lines or not samples or any(not c.shown for c in choices):
+            continue
+        kept = [{"k": s.get("call", 1), "i": pairs(s.get("inputs", {}), choices), "r": str(s["return"]) if "return" in s else None} for s in samples]
+        data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
+        last = kept[-1]
+        lines[number] = LineState(
+            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None", data_calls[key]["c"], data_calls[key]["x"]
+        )
+    if not lines:
+        return None
+    finished = result.finished if result else ""
+    data = {"run": finished, "truncated": bool(state.get("truncated")), "lines": data_lines, "calls": data_calls}
+    return PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
+
+
+def block_rows(page: PageState | None, block: KeyBlock) -> list[tuple[int, str, str, str]]:
+    """The rows of a key block's no-JS state table: (line, kind, name, value), kind being
+    'in' (a parameter at entry), 'out' (a value bound) or 'return'."""
+    if page is None:
+        return []
+    rows = []
+    for number in range(block.first, block.last + 1):
+        line = page.lines.get(number)
+        if line is None:
+            continue
+        rows += [(number, "in", s.name, s.value) for s in line.inputs]
+        rows += [(number, "out", s.name, s.value) for s in line.results]
+        if line.returned is not None:
+            rows.append((number, "return", "return", line.returned))
+    return rows
+
+
+def state_script(page: PageState) -> str:
+    """The lab's state.js: its recorded state, handed to the page's state panel when it loads."""
+    text = json.dumps(page.data, separators=(",", ":"), ensure_ascii=False)
+    # Inside a script, `</` could end it early: JSON allows the escaped form.
+    return "InfraLensState(" + text.replace("</", "<\\/") + ");\n"

@@ -1,0 +1,185 @@
+/* InfraLens reader, loaded by infralens.js when a reader first reaches for the code or the notes:
+   selecting a key block (#kb-name, lab pages) or lines (#L12, #L12-L18), the note panel under the
+   code, and the execution-state panel's loader. No dependencies. */
+(() => {
+  const doc = document;
+  const $ = (selector, scope = doc) => scope.querySelector(selector);
+  const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
+  // Its panels' styles sit beside it.
+  const here = doc.currentScript && doc.currentScript.src;
+  if (here) doc.head.append(Object.assign(doc.createElement("link"), { rel: "stylesheet", href: here.replace(/reader\.js([?#].*)?$/, "reader.css") }));
+
+  /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
+  let listing = null, panel = null, anchor = null;
+  const rows = () => (listing ? $$(".row", listing) : []);
+  const lineOf = (row) => +row.id.slice(1);
+  const blocks = () => $$(".key-block");
+  const slugOf = (block) => block.id.slice(3);
+  const boundTo = (slug) => rows().filter((row) => (row.dataset.kb || "").split(" ").includes(slug));
+  const active = () => blocks().find((block) => block.classList.contains("active"));
+
+  function mark(chosen, block) {
+    rows().forEach((row) => row.classList.toggle("sel", chosen.includes(row)));
+    blocks().forEach((b) => b.classList.toggle("active", b === block));
+    showNote(block);
+    showState(chosen, block);
+  }
+
+  /* Execution state: the panel's script and the lab's recorded values (state.js beside the page)
+     load on the first selection. */
+  let stateWanted = null;
+  function showState(chosen, block) {
+    const figure = listing && listing.closest("[data-state]");
+    if (!figure) return;
+    stateWanted = { rows: chosen, block, dock: panel.parentNode };
+    if (window.InfraLensStatePanel) return InfraLensStatePanel.show(stateWanted);
+    if (figure.dataset.stateAsked) return;
+    figure.dataset.stateAsked = "1";
+    for (const src of [figure.dataset.statePanel, figure.dataset.state]) {
+      doc.head.append(Object.assign(doc.createElement("script"), { src, async: false }));  // in this order
+    }
+  }
+  window.InfraLensPending = () => stateWanted;
+
+  function setHash(hash) {
+    if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
+  }
+
+  function reveal(row) {
+    const box = row && row.getBoundingClientRect();
+    if (box && (box.top < 0 || box.bottom > innerHeight * 0.6)) row.scrollIntoView({ block: "center" });
+  }
+
+  function selectLines(first, last, scroll) {
+    [first, last] = [Math.min(first, last), Math.max(first, last)];
+    const chosen = rows().filter((row) => lineOf(row) >= first && lineOf(row) <= last);
+    if (!chosen.length) return false;
+    mark(chosen, null);
+    setHash(first === last ? `#L${first}` : `#L${first}-L${last}`);
+    if (scroll) reveal(chosen[0]);
+    return true;
+  }
+
+  function selectBlock(slug, scroll) {
+    const block = doc.getElementById("kb-" + slug);
+    if (!block || !block.classList.contains("key-block") || !listing) return false;
+    const chosen = boundTo(slug);
+    mark(chosen, block);
+    setHash("#kb-" + slug);
+    if (scroll) reveal(chosen[0]);
+    return true;
+  }
+
+  /* The selected block's note, kept in sight under the code while the code is on screen. */
+  function showNote(block) {
+    if (!panel) return;
+    panel.hidden = !block;
+    if (!block) return;
+    const all = blocks(), at = all.indexOf(block);
+    $(".kb-panel-title", panel).innerHTML = $(".kb-link", block).innerHTML;
+    $(".kb-panel-lines", panel).textContent = `Note ${at + 1} of ${all.length} · ${$(".kb-lines a", block).textContent}`;
+    $(".kb-panel-note", panel).innerHTML = $(".kb-note", block).innerHTML;
+    $(".kb-panel-prev", panel).disabled = at === 0;
+    $(".kb-panel-next", panel).disabled = at === all.length - 1;
+  }
+
+  function buildPanel(figure) {
+    panel = Object.assign(doc.createElement("div"), { className: "kb-panel", hidden: true });
+    panel.setAttribute("role", "region");
+    panel.setAttribute("aria-label", "Selected note");
+    panel.setAttribute("aria-live", "polite");
+    panel.innerHTML =
+      '<p class="kb-panel-head"><span class="kb-panel-title"></span> <span class="kb-panel-lines"></span></p>' +
+      '<div class="kb-panel-note"></div><p class="kb-panel-tools">' +
+      '<button type="button" class="kb-panel-prev">Previous note</button>' +
+      '<button type="button" class="kb-panel-next">Next note</button>' +
+      '<button type="button" class="kb-panel-close">Close</button></p>';
+    const dock = Object.assign(doc.createElement("div"), { className: "dock" });
+    dock.append(panel);
+    figure.insertBefore(dock, $("figcaption", figure));
+    const step = (delta) => {
+      const all = blocks(), next = all[all.indexOf(active()) + delta];
+      if (next) selectBlock(slugOf(next), true);
+    };
+    $(".kb-panel-prev", panel).onclick = () => step(-1);
+    $(".kb-panel-next", panel).onclick = () => step(1);
+    $(".kb-panel-close", panel).onclick = () => { mark([], null); setHash(""); };
+  }
+
+  /* The smallest key block bound to a row; clicking it again moves on to the next one there. */
+  function blockForRow(row) {
+    const slugs = (row.dataset.kb || "").split(" ").filter(Boolean);
+    const current = slugs.indexOf(active() && slugOf(active()));
+    if (current >= 0) return slugs[(current + 1) % slugs.length];
+    return slugs.sort((a, b) => boundTo(a).length - boundTo(b).length)[0];
+  }
+
+  function onListingClick(event) {
+    const link = event.target.closest("a"), row = event.target.closest(".row");
+    if (!row) return;
+    const onNumber = link ? link.classList.contains("ln")
+      : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
+    if (onNumber) {
+      event.preventDefault();
+      if (!event.shiftKey || anchor === null) anchor = lineOf(row);
+      selectLines(anchor, lineOf(row), false);
+    } else if (link && link.classList.contains("kb-badge") && link.hash && link.pathname === location.pathname) {
+      event.preventDefault();
+      selectBlock(link.hash.slice(4), false);
+    } else if (!link && panel && !String(getSelection())) {  // leave text selection alone
+      const slug = blockForRow(row);
+      if (slug) selectBlock(slug, false);
+    }
+  }
+
+  function onBlockClick(event) {
+    const block = event.target.closest(".key-block"), link = event.target.closest("a");
+    if (!block || (link && !link.matches(".kb-link, [data-lines]")) || (!link && String(getSelection()))) return;
+    event.preventDefault();
+    selectBlock(slugOf(block), true);
+  }
+
+  function followHash(scroll) {
+    let hash;
+    try { hash = decodeURIComponent(location.hash.slice(1)); } catch (e) { return false; }  // a mangled link
+    const range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
+    if (range) return selectLines(+range[1], +(range[2] || range[1]), scroll);
+    return hash.startsWith("kb-") && selectBlock(hash.slice(3), scroll);
+  }
+
+  function setUpReader() {
+    const figure = $(".excerpt");
+    listing = figure ? $("pre.code", figure) : $(".page-source pre.code");
+    if (!listing) return;
+    if (figure) buildPanel(figure);
+    listing.addEventListener("click", onListingClick);
+    $(".key-blocks")?.addEventListener("click", onBlockClick);
+    $$(".bound-notes a[data-lines]").forEach((link) => {
+      link.onclick = (event) => {
+        event.preventDefault();
+        const [first, last] = link.dataset.lines.split("-");
+        selectLines(+first, +last, true);
+      };
+    });
+    addEventListener("hashchange", () => followHash(true));
+    // The browser jumps to a fragment's element once the page has loaded; show the code after that.
+    if (followHash(false)) {
+      const show = () => requestAnimationFrame(() => reveal($(".row.sel", listing)));
+      if (doc.readyState === "complete") show(); else addEventListener("load", show);
+    }
+  }
+
+
+  setUpReader();
+  const boot = window.InfraLensReaderZones;
+  if (boot) boot.zones.forEach((zone) => zone.removeEventListener("click", boot.early, true));
+  const early = window.InfraLensEarlyClick;
+  if (early) {  // the click that asked for the reader: handle it now
+    window.InfraLensEarlyClick = null;
+    const replay = { target: early.target, clientX: early.clientX, shiftKey: early.shiftKey, preventDefault() {} };
+    if (listing && listing.contains(early.target)) onListingClick(replay);
+    else if (early.target.closest(".key-blocks")) onBlockClick(replay);
+    else early.target.closest("a") && early.target.closest("a").click();
+  }
+  window.InfraLensReader = true;
+})();

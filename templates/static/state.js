@@ -1,0 +1,116 @@
+/* InfraLens execution state panel. Loaded on a reader's first selection of lines or a note, before
+   the lab's recorded state (state.js beside the page, which calls InfraLensState). For the
+   selected lines it lists what the checked run recorded: a function's inputs (⬇) and return (↩),
+   and what each line bound (⬆). A function called several times, or a line run many times,
+   kept its first runs and its last: the reader steps through them (‹ call 2 of 5 ›). */
+(() => {
+  const doc = document;
+  let data = null, panel = null, wanted = null, at = 0;
+
+  const el = (tag, className, text) => {
+    const node = doc.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const lineOf = (row) => +row.id.slice(1);
+  const fmt = (n) => n.toLocaleString("en-US");
+
+  /* The runs to step through: a selected function's calls, else the runs of its busiest line. */
+  function steps(numbers) {
+    const call = numbers.map((n) => data.calls[n]).find((entry) => entry && entry.s.length > 1);
+    if (call) return { kind: "call", count: call.c, exact: call.x, list: call.s.map((s) => s.k) };
+    const busiest = numbers.map((n) => data.lines[n]).filter((entry) => entry && entry.s.length > 1)
+      .sort((a, b) => b.s.length - a.s.length)[0];
+    if (!busiest) return null;
+    const calls = new Set(busiest.s.map((s) => s.k));
+    return { kind: calls.size > 1 ? "run" : "iteration", count: busiest.c, exact: busiest.x, list: busiest.s.map((s) => s.n), entry: busiest };
+  }
+
+  /* The sample of an entry to show at this step: of the chosen call, else at the same place. */
+  function sampleOf(entry, step, isCall) {
+    if (!step) return entry.s[entry.s.length - 1];
+    if (step.kind === "call") {
+      const k = step.list[at];
+      const found = entry.s.filter((s) => s.k === k);
+      return found.length ? found[found.length - 1] : null;
+    }
+    if (isCall || entry.s.length === 1) return entry.s[entry.s.length - 1];
+    return entry.s[Math.min(at, entry.s.length - 1)];
+  }
+
+  function item(list, mark, label, name, value) {
+    const li = el("li");
+    li.append(el("span", "st-mark", mark), " ");
+    const what = el("span", "st-what", label + " ");
+    what.append(el("code", "", name));
+    li.append(what, " = ", el("span", "st-value", value));
+    list.append(li);
+  }
+
+  function render() {
+    if (!panel) {
+      panel = el("section", "state-panel");
+      panel.setAttribute("aria-label", "Execution state");
+      wanted.dock.append(panel);
+    }
+    const numbers = wanted.rows.map(lineOf).filter((n) => data && (data.lines[n] || data.calls[n]));
+    panel.hidden = !data || !numbers.length;
+    if (panel.hidden) return;
+    const step = steps(numbers);
+    if (step) at = Math.min(at, step.list.length - 1);
+    panel.replaceChildren();
+    const head = el("p", "st-head");
+    head.append(el("strong", "", "Execution state"), " ", el("span", "st-run", `recorded by the checked run of ${data.run.slice(0, 10)}${data.truncated ? " (truncated)" : ""}`));
+    panel.append(head);
+    if (step) {
+      const bar = el("p", "st-step");
+      const prev = el("button", "st-prev", "‹"), next = el("button", "st-next", "›");
+      prev.type = next.type = "button";
+      prev.setAttribute("aria-label", `Previous ${step.kind}`);
+      next.setAttribute("aria-label", `Next ${step.kind}`);
+      prev.disabled = at === 0;
+      next.disabled = at === step.list.length - 1;
+      prev.onclick = () => { at -= 1; render(); panel.querySelector(".st-prev").focus(); };
+      next.onclick = () => { at += 1; render(); panel.querySelector(".st-next").focus(); };
+      const label = el("span", "st-at", `${step.kind} ${fmt(step.list[at])} of ${fmt(step.count)}${step.exact ? "" : "+"}`);
+      label.setAttribute("aria-live", "polite");
+      bar.append(prev, " ", label, " ", next);
+      if (step.list.length < step.count) bar.append(" ", el("span", "st-kept", `(kept: the first ${step.list.length - 1} and the last)`));
+      panel.append(bar);
+    }
+    for (const n of numbers) {
+      const row = doc.getElementById("L" + n), box = el("div", "st-line");
+      const title = el("p", "st-title");
+      const link = el("a", "", `Line ${n}`);
+      link.href = "#L" + n;
+      title.append(link, " ", el("code", "", row.textContent.trim().slice(0, 90)));
+      box.append(title);
+      const list = el("ul", "st-values");
+      const call = data.calls[n], line = data.lines[n];
+      const c = call && sampleOf(call, step, true), s = line && sampleOf(line, step, false);
+      if (c) {
+        c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value));
+        if (c.r !== null) item(list, "↩", "returned", "return", c.r);
+      }
+      if (s) s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value));
+      if (!c && !s) list.append(el("li", "st-none", step && step.kind === "call" ? "not run in this call" : "not recorded"));
+      const runs = (call || line).c;
+      if (runs > 1 && !step) box.append(el("p", "st-runs", `last of ${fmt(runs)} runs`));
+      box.append(list);
+      panel.append(box);
+    }
+  }
+
+  window.InfraLensState = (recorded) => { data = recorded; if (wanted) render(); };
+  window.InfraLensStatePanel = {
+    show(selection) {
+      const ids = (rows) => rows.map((row) => row.id).join();
+      if (!wanted || ids(selection.rows) !== ids(wanted.rows)) at = 0;
+      wanted = selection;
+      if (data) render();
+    },
+  };
+  const pending = window.InfraLensPending && window.InfraLensPending();
+  if (pending) wanted = pending;
+})();
