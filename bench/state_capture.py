@@ -2,11 +2,13 @@
 
     python bench/state_capture.py [--runs 3] [LAB_ID ...]
 
-For every runnable Python starter that a lab previews, runs it plain and then under
-`infralens/trace_state.py` (recording the preview's lines), alternating, RUNS times each, and
-prints the median wall time of both, their ratio, the state's size and how many lines it holds,
-and whether the traced run printed as many lines as the plain one. Issue 14's target: the whole of
-`check` at most 1.3x, and no starter over 2x.
+For every runnable starter that a lab previews (.py, and .md through its python blocks), runs it
+as `check` ran it before execution state existed and as `check` runs it now, under
+`infralens/trace_state.py` recording exactly the lines check records, alternating, RUNS times
+each. Prints the median wall time of both, their ratio, the state's size and how many lines it
+holds, and whether the traced run printed as many lines as the plain one. A starter that opts out
+(`state: false`) runs plain in check and is listed as such. Issue 14's target: the whole of `check`
+at most 1.3x, and no starter over 2x.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import time
 from pathlib import Path
 
 from infralens.build import load_project
-from infralens.errors import Problems
-from infralens.highlight import source_file
-from infralens.resolve import select_lines
+from infralens.markdown import python_blocks
+from infralens.runner import RUN_MARKDOWN, lab_spans
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACER = ROOT / "infralens" / "trace_state.py"
@@ -45,19 +46,28 @@ def main() -> None:
     plain_total = traced_total = 0.0
     for lab in project.labs:
         starter = next(s for s in lab.starters if s.path == lab.preview.starter)
-        if (args.labs and lab.id not in args.labs) or starter.run is None or not starter.path.endswith(".py"):
+        if (args.labs and lab.id not in args.labs) or starter.run is None:
             continue
-        text = (ROOT / starter.path).read_text()
-        first, last = select_lines(source_file(starter.path, text), lab.preview.selector, Problems())
+        spans = lab_spans(lab, ROOT)
+        if not spans:
+            print(f"{lab.id:38} {'':>8} {'':>9} {'':>6} {'':>6} {'':>8}  records no state (state: false)")
+            continue
+        source = ROOT / starter.path
         with tempfile.TemporaryDirectory() as folder:
             work = Path(folder)
-            spec = work / "spec.json"
-            spec.write_text(json.dumps({"ranges": [[first, last]], "output": str(work / "state.json")}))
+            spec: dict = {"ranges": spans, "output": str(work / "state.json")}
+            plain_command = [sys.executable, str(source), *starter.run.args]
+            if source.suffix == ".md":
+                blocks = python_blocks(source.read_text())
+                spec["blocks"] = blocks
+                (work / "blocks.json").write_text(json.dumps(blocks))
+                plain_command = [sys.executable, str(RUN_MARKDOWN), str(source), str(work / "blocks.json"), *starter.run.args]
+            (work / "spec.json").write_text(json.dumps(spec))
             plain_times, traced_times = [], []
             for _ in range(args.runs):
-                seconds, plain = timed([sys.executable, str(ROOT / starter.path), *starter.run.args], work)
+                seconds, plain = timed(plain_command, work)
                 plain_times.append(seconds)
-                seconds, traced = timed([sys.executable, str(TRACER), str(ROOT / starter.path), str(spec), *starter.run.args], work)
+                seconds, traced = timed([sys.executable, str(TRACER), str(source), str(work / "spec.json"), *starter.run.args], work)
                 traced_times.append(seconds)
             state = json.loads((work / "state.json").read_text()) if (work / "state.json").exists() else {"lines": {}}
         a, b = statistics.median(plain_times), statistics.median(traced_times)

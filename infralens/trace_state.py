@@ -79,7 +79,8 @@ def _summarize(value, depth: int) -> str:
         return f"{type(value).__name__} of {len(value):,} bytes"
     kind = type(value)
     module = kind.__module__ or ""
-    if module.startswith("torch") and hasattr(value, "shape") and hasattr(value, "dtype"):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):  # isinstance runs no torch function mode
         return _tensor(value)
     if module.startswith("numpy") and hasattr(value, "shape") and hasattr(value, "dtype"):
         return _array(value)
@@ -138,16 +139,16 @@ def quiet_torch():
 
 
 def _tensor(t) -> str:
-    shape = "(" + ", ".join(str(d) for d in t.shape) + ("," if t.dim() == 1 else "") + ")"
-    dtype = str(t.dtype).replace("torch.", "")
-    size = t.numel() * t.element_size()
-    text = f"Tensor {shape} {dtype} {t.device.type} {size:,} B"
-    if t.device.type != "cpu" or str(t.layout) != "torch.strided" or t.numel() == 0 or t.is_quantized or t.is_meta:
-        return text
     quiet = quiet_torch()
-    if quiet is None:
-        return text
+    if quiet is None:  # even reading its shape would run the starter's modes
+        return "Tensor"
     with quiet:
+        shape = "(" + ", ".join(str(d) for d in t.shape) + ("," if t.dim() == 1 else "") + ")"
+        dtype = str(t.dtype).replace("torch.", "")
+        size = t.numel() * t.element_size()
+        text = f"Tensor {shape} {dtype} {t.device.type} {size:,} B"
+        if t.device.type != "cpu" or str(t.layout) != "torch.strided" or t.numel() == 0 or t.is_quantized or t.is_meta:
+            return text
         if not t.is_contiguous() and t.numel() > 1 << 22:
             return text  # reading it in order would copy it whole
         flat = t.detach().reshape(-1)
@@ -323,7 +324,7 @@ class FrameTracer:
         if event == "line":
             self.finish(frame)
             line = frame.f_lineno
-            if line in self.tracer.names and self.tracer.inside(line):
+            if self.tracer.names.get(line) and self.tracer.inside(line):  # a statement that binds something
                 self.pending = line
             code = frame.f_code
             spent = self.tracer.spent[code] = self.tracer.spent.get(code, 0) + 1

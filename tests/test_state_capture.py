@@ -193,3 +193,38 @@ def test_a_failing_starter_fails_the_same_way_under_the_tracer(tmp_path: Path) -
     traced, state, plain = trace(tmp_path, "x = 1\nraise SystemExit(3)\n", [[1, 2]])
     assert traced.returncode == plain.returncode == 3
     assert state["lines"]["1"]["samples"][0]["values"] == {"x": "1"}
+
+
+@pytest.mark.unit
+def test_reading_a_tensor_runs_nothing_a_starters_torch_function_mode_sees() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.arange(6.0).reshape(2, 3)
+    with Count() as mode:
+        shown = summarize(x)
+    assert shown == "Tensor (2, 3) float32 cpu 24 B [0, 1, 2, 3, …] min 0 max 5"
+    assert mode.calls == []  # lab 10's PeakTracker once counted the tracer's min() and max()
+
+
+@pytest.mark.cli
+def test_a_markdown_starters_blocks_are_traced_at_their_lines_of_the_md_file(tmp_path: Path) -> None:
+    from infralens.markdown import python_blocks
+
+    text = "# Notes\n\nProse.\n\n```python\nsize = 4 * 1024\nprint(size)\n```\n\nMore prose.\n\n```python\ndouble = size * 2\n```\n"
+    starter = tmp_path / "notes.md"
+    starter.write_text(text)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"ranges": [[1, 14]], "output": str(tmp_path / "state.json"), "blocks": python_blocks(text)}))
+    run = subprocess.run([sys.executable, str(SCRIPT), str(starter), str(spec)], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    assert run.returncode == 0 and run.stdout == "4096\n"
+    lines = json.loads((tmp_path / "state.json").read_text())["lines"]
+    assert {line: entry["samples"][-1]["values"] for line, entry in lines.items()} == {"6": {"size": "4,096"}, "13": {"double": "8,192"}}

@@ -1,0 +1,164 @@
+"""Execution state from check to page: what is shown, when it is withheld, and the claims it backs."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTS, run_infralens
+from infralens.build import load_project, resolve
+from infralens.errors import Mark
+from infralens.models import RunResult, StateChoice
+from infralens.resolve import trace_spans_of, traced_spans
+from infralens.state import LineState, Shown, block_rows, page_state, recorded_text, state_script
+
+SAMPLE = TESTS / "sites" / "sample"
+LAB_PAGE = "output/labs/lab-01-sample/index.html"
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """The sample site's lab 01, resolved: its excerpt is lines 9-10 of kv.py."""
+    project = load_project(SAMPLE / "site.yml", cache_dir=None)
+    return next(r for r in resolve(project) if r.lab.id == "lab-01-sample")
+
+
+def run_with(state: dict, spans, status: str = "passed") -> RunResult:
+    return RunResult(
+        lab="lab-01-sample", starter="code/lab-01-sample/kv.py", status=status, seconds=0.1, returncode=0, stdout="",
+        stderr="", reason="", mark=Mark("labs/lab-01-sample.yml", 1, 1), finished="2026-11-24T00:00:00Z",
+        traced=tuple(spans), state=json.dumps(state),
+    )
+
+
+STATE = {
+    "version": 1,
+    "truncated": False,
+    "lines": {
+        "9": {"count": 32, "exact": True, "samples": [{"values": {"per_layer": "8,192"}, "n": n, "call": n} for n in (1, 2, 3, 32)]},
+        "10": {"count": 1, "exact": True, "samples": [{"values": {"total": "524,288"}, "n": 1, "call": 1}]},
+    },
+    "calls": {},
+}
+
+
+@pytest.mark.unit
+def test_the_sample_excerpt_is_traced_as_one_span(sample) -> None:
+    assert traced_spans(sample.lab, sample.excerpt) == ((9, 10),)
+    assert trace_spans_of(sample.lab, (SAMPLE / "code/lab-01-sample/kv.py").read_text()) == ((9, 10),)
+
+
+@pytest.mark.unit
+def test_a_key_block_that_opts_out_is_not_traced_and_a_starter_that_opts_out_traces_nothing(sample) -> None:
+    lab, excerpt = sample.lab, sample.excerpt
+    first = replace(excerpt.key_blocks[0], state=StateChoice(False))
+    assert traced_spans(lab, replace(excerpt, key_blocks=(first, *excerpt.key_blocks[1:]))) == ((10, 10),)
+    starters = (replace(lab.starters[0], state=StateChoice(False)), *lab.starters[1:])
+    assert traced_spans(replace(lab, starters=starters), excerpt) == ()
+
+
+@pytest.mark.unit
+def test_each_line_shows_its_last_value_with_how_often_it_ran(sample) -> None:
+    spans = traced_spans(sample.lab, sample.excerpt)
+    page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
+    assert page.lines[9].hint == "→ 8,192 (last of 32)"
+    assert page.lines[10].hint == "→ 524,288"
+    # The panel's data keeps every kept run, in order, for stepping.
+    assert [s["n"] for s in page.data["lines"]["9"]["s"]] == [1, 2, 3, 32]
+    assert state_script(page).startswith("InfraLensState({") and state_script(page).endswith(");\n")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "why, result, spans",
+    [
+        ("a failed run", lambda spans: run_with(STATE, spans, status="failed"), None),
+        ("a run that recorded other lines", lambda spans: run_with(STATE, ((9, 9),)), None),
+        ("a run that recorded nothing", lambda spans: replace(run_with(STATE, spans), state=""), None),
+        ("no run", lambda spans: None, None),
+        ("a page that no longer traces", lambda spans: run_with(STATE, spans), ()),
+    ],
+)
+def test_stale_or_missing_state_is_never_shown(sample, why: str, result, spans) -> None:
+    current = traced_spans(sample.lab, sample.excerpt)
+    assert page_state(sample.lab, sample.excerpt, result(current), current if spans is None else spans) is None, why
+
+
+@pytest.mark.unit
+def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) -> None:
+    lab, excerpt = sample.lab, sample.excerpt
+    spans = traced_spans(lab, excerpt)
+    state = {**STATE, "lines": {"9": {"count": 1, "exact": True, "samples": [{"values": {"per_layer": "8,192", "kv_heads": "32"}, "n": 1}]}}}
+    full = page_state(lab, excerpt, run_with(state, spans), spans)
+    assert full.lines[9].hint == "→ per_layer = 8,192, kv_heads = 32"
+    only = StateChoice(True, (("kv_heads", Mark("x", 1, 1)),))
+    block = replace(excerpt.key_blocks[0], state=only)
+    narrowed = page_state(lab, replace(excerpt, key_blocks=(block, *excerpt.key_blocks[1:])), run_with(state, spans), spans)
+    assert narrowed.lines[9].hint == "→ 32"
+    assert block_rows(narrowed, block) == [(9, "out", "kv_heads", "32")]
+
+
+@pytest.mark.unit
+def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
+    line = LineState(5, (), (Shown("config", "Config(…)"),), "6,738,415,616", 3, False)
+    assert line.hint == "↩ 6,738,415,616 (last of 3+)"
+    long = LineState(6, (Shown("x", "y" * 100),), (), None, 1, True)
+    assert len(long.hint) == 36 and long.hint.endswith("…")
+
+
+@pytest.mark.unit
+def test_the_claims_check_reads_every_recorded_value() -> None:
+    state = {"version": 1, "lines": {"3": {"samples": [{"values": {"a": "524,288"}}]}}, "calls": {"1": {"samples": [{"inputs": {"n": "7"}, "return": "6,738,415,616"}]}}}
+    assert recorded_text(json.dumps(state)).split("\n") == ["524,288", "7", "6,738,415,616"]
+    assert recorded_text("") == "" and recorded_text("not json") == ""
+
+
+def hints(page: Path) -> list[str]:
+    return re.findall(r'<i data-v="([^"]*)"></i>', page.read_text())
+
+
+@pytest.mark.cli
+def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample_site: Path) -> None:
+    assert run_infralens("check", "lab-01-sample", cwd=sample_site).returncode == 0
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = sample_site / LAB_PAGE
+    assert hints(page) == ["→ 8,192", "→ 524,288"]
+    assert "Execution state of the last run" in page.read_text()
+    assert (sample_site / "output/labs/lab-01-sample/state.js").read_text().startswith("InfraLensState(")
+    assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == ["→ 8,192", "→ 524,288"]
+
+    # The starter changes and check has not run it since: its state goes with its run.
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text().replace("default=32", "default=16"))
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert hints(page) == [] and "Execution state" not in page.read_text()
+    assert not (sample_site / "output/labs/lab-01-sample/state.js").exists()
+    assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == []
+
+
+@pytest.mark.cli
+def test_a_changed_excerpt_runs_again_and_an_opt_out_records_nothing(sample_site: Path) -> None:
+    assert run_infralens("check", "lab-01-sample", cwd=sample_site).returncode == 0
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("    role: Prints the KV bytes per token.\n", "    role: Prints the KV bytes per token.\n    state: false\n"))
+    again = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert again.returncode == 0 and "(stored result)" not in again.stdout  # other lines to trace: a new run
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert hints(sample_site / LAB_PAGE) == []
+
+
+@pytest.mark.cli
+def test_a_figure_only_a_line_holds_backs_the_prose_and_stops_when_that_line_is_not_traced(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    text = manifest.read_text().replace("note: K and V, so the **factor 2**.", "note: K and V, so the **factor 2**; this line yields 8,192.")
+    manifest.write_text(text)
+    backed = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert backed.returncode == 0, backed.stdout + backed.stderr  # the run never prints 8,192: the line's value backs it
+    manifest.write_text(text.replace("    lines: per_layer =\n", "    lines: per_layer =\n    state: false\n"))
+    unbacked = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert unbacked.returncode == 1
+    assert "the page states 8,192 but no starter of the lab prints it or records it on a line" in unbacked.stderr + unbacked.stdout
