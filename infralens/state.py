@@ -41,10 +41,14 @@ class LineState:
     """How many times the line ran (or the function was called)."""
     exact: bool
     """False when part of the runs were not traced, so `count` is a lower bound."""
+    run: int = 1
+    """Which run (or call) the values are from: the last one kept, not always the last one made."""
 
     @property
     def hint(self) -> str:
-        """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for a call."""
+        """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for
+        a call; `(last of 32)` after it when the line ran 32 times, or `(call 32 of 60)` when the
+        run shown is not the last (a function called 60 times keeps calls 1-3 and powers of two)."""
         if self.returned is not None:
             text = "↩ " + self.returned
         elif len(self.results) == 1:
@@ -54,7 +58,11 @@ class LineState:
         if len(text) > HINT:
             text = text[: HINT - 1] + "…"
         if self.count > 1:
-            text += f" (last of {self.count:,}{'' if self.exact else '+'})"
+            total = f"{self.count:,}{'' if self.exact else '+'}"
+            if self.run == self.count and self.exact:
+                text += f" (last of {total})"
+            else:
+                text += f" ({'call' if self.returned is not None else 'run'} {self.run:,} of {total})"
         return text
 
 
@@ -135,7 +143,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
             continue
         data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
         last = kept[-1]["v"]
-        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"])
+        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"])
     for key, entry in state.get("calls", {}).items():
         number = int(key)
         choices = choice_for(number, starter.state, excerpt.key_blocks)
@@ -146,7 +154,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
         last = kept[-1]
         lines[number] = LineState(
-            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None", data_calls[key]["c"], data_calls[key]["x"]
+            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None", data_calls[key]["c"], data_calls[key]["x"], last["k"]
         )
     if not lines:
         return None

@@ -245,6 +245,13 @@ class Samples:
         else:
             self.kept[-1] = record
 
+    def set_last(self, record: dict) -> None:
+        """Keep a record of a later run (its "n" set) as the last one."""
+        if len(self.kept) < SAMPLES + 1:
+            self.kept.append(record)
+        else:
+            self.kept[-1] = record
+
     def as_json(self) -> dict:
         return {"count": self.count, "exact": self.exact, "samples": self.kept}
 
@@ -304,12 +311,22 @@ class Tracer:
 
 
 class FrameTracer:
-    """Trace one frame: finish each statement when the next one starts, or when the frame returns."""
+    """Trace one frame: finish each statement when the next one starts, or when the frame returns.
+
+    A statement's first SAMPLES runs are summarized as they happen; a later run is only counted,
+    and its values are summarized once, when the frame returns (or stops being traced), for the
+    names no statement of the frame has rebound since. A loop body run 65,536 times thus costs a
+    count per run, not a summary: what the tracer adds to a timed loop stays small.
+    """
 
     def __init__(self, tracer: Tracer, frame, index: int) -> None:
         self.tracer = tracer
         self.pending: int | None = None
         self.call = None
+        self.unsummarized: dict[int, int] = {}
+        """Statements whose last run is not summarized yet → that run's number."""
+        self.binder: dict[str, int] = {}
+        """Each name → the statement that bound it last in this frame."""
         code = frame.f_code
         self.index = index if code.co_name != "<module>" else 0
         definition = tracer.functions.get(code.co_firstlineno)
@@ -330,10 +347,12 @@ class FrameTracer:
             spent = self.tracer.spent[code] = self.tracer.spent.get(code, 0) + 1
             if spent >= LINE_BUDGET:  # a hot loop or a hot function: stop tracing its lines
                 self.finish(frame)
+                self.flush(frame)
                 frame.f_trace_lines = False
                 self.tracer.skipped.add(code)
         elif event == "return":
             self.finish(frame)
+            self.flush(frame)
             if self.call is not None:
                 self.call["return"] = summarize(arg)
                 self.samples.add(self.call)
@@ -344,16 +363,41 @@ class FrameTracer:
         line, self.pending = self.pending, None
         if line is None:
             return
+        names = self.tracer.names[line]
+        for name in names:
+            self.binder[name] = line
+        samples = self.tracer.lines.get(line)
+        if samples is None:
+            samples = self.tracer.lines[line] = Samples()
+        self.tracer.line_code[line] = frame.f_code
+        if len(samples.kept) < SAMPLES:
+            samples.add(self.record(frame, names))
+            self.unsummarized.pop(line, None)
+        else:
+            samples.count += 1
+            self.unsummarized[line] = samples.count
+
+    def flush(self, frame) -> None:
+        """Summarize the last run of each statement that ran since its last summary, as far as the
+        frame still holds what that run bound."""
+        for line, run in self.unsummarized.items():
+            names = [name for name in self.tracer.names[line] if self.binder.get(name) == line]
+            if names:
+                record = self.record(frame, names)
+                record["n"] = run
+                self.tracer.lines[line].set_last(record)
+        self.unsummarized.clear()
+
+    def record(self, frame, names: list[str]) -> dict:
         values = {}
-        for name in self.tracer.names[line]:
+        for name in names:
             found, value = lookup(frame, name)
             if found:
                 values[name] = summarize(value)
-        record = {"values": values}
+        record: dict = {"values": values}
         if self.index:
             record["call"] = self.index
-        self.tracer.lines.setdefault(line, Samples()).add(record)
-        self.tracer.line_code[line] = frame.f_code
+        return record
 
 
 def lookup(frame, name: str):

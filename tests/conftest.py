@@ -203,9 +203,9 @@ def chromium():
             browser.close()
 
 
-@pytest.fixture(scope="session")
-def site_url(real_site: Path):
-    """The real site served over HTTP on 127.0.0.1, as a reader's browser would fetch it."""
+@contextmanager
+def served(folder: Path):
+    """Serve a built site over HTTP on 127.0.0.1, as a reader's browser would fetch it; yields its URL."""
     import functools
     import http.server
     import threading
@@ -214,7 +214,7 @@ def site_url(real_site: Path):
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(real_site)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -222,6 +222,13 @@ def site_url(real_site: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="session")
+def site_url(real_site: Path):
+    """The real site served over HTTP on 127.0.0.1."""
+    with served(real_site) as url:
+        yield url
 
 
 class Tab:
@@ -253,9 +260,9 @@ class Tab:
         return self.page
 
 
-@pytest.fixture
-def open_tab(chromium, site_url: str):
-    """Open tabs on the served site: open_tab(width=1280, js=True, scheme='light') → Tab."""
+@contextmanager
+def tabs_on(chromium, site_url: str):
+    """Yield open(width=1280, js=True, scheme='light') → Tab, for tabs on a served site; closes them after."""
     contexts = []
 
     def open_one(width: int = 1280, height: int = 900, js: bool = True, scheme: str = "light", **options) -> Tab:
@@ -267,9 +274,18 @@ def open_tab(chromium, site_url: str):
         contexts.append(context)
         return Tab(context, site_url)
 
-    yield open_one
-    for context in contexts:
-        context.close()
+    try:
+        yield open_one
+    finally:
+        for context in contexts:
+            context.close()
+
+
+@pytest.fixture
+def open_tab(chromium, site_url: str):
+    """Open tabs on the served real site: open_tab(width=1280, js=True, scheme='light') → Tab."""
+    with tabs_on(chromium, site_url) as open_one:
+        yield open_one
 
 
 @pytest.fixture(scope="session")

@@ -104,8 +104,11 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
 
 @pytest.mark.unit
 def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
-    line = LineState(5, (), (Shown("config", "Config(…)"),), "6,738,415,616", 3, False)
-    assert line.hint == "↩ 6,738,415,616 (last of 3+)"
+    line = LineState(5, (), (Shown("config", "Config(…)"),), "6,738,415,616", 3, True, 3)
+    assert line.hint == "↩ 6,738,415,616 (last of 3)"
+    # Calls are kept 1-3 and at powers of two: the one shown is named when it is not the last.
+    assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
+    assert replace(line, exact=False).hint == "↩ 6,738,415,616 (call 3 of 3+)"
     long = LineState(6, (Shown("x", "y" * 100),), (), None, 1, True)
     assert len(long.hint) == 36 and long.hint.endswith("…")
 

@@ -5,7 +5,7 @@
    kept its first runs and its last: the reader steps through them (‹ call 2 of 5 ›). */
 (() => {
   const doc = document;
-  let data = null, panel = null, wanted = null, at = 0;
+  let data = null, panel = null, body = null, live = null, wanted = null, at = 0;
 
   const el = (tag, className, text) => {
     const node = doc.createElement(tag);
@@ -52,6 +52,11 @@
     if (!panel) {
       panel = el("section", "state-panel");
       panel.setAttribute("aria-label", "Execution state");
+      // The step is announced from a region that stays, so screen readers hear each change.
+      live = el("p", "st-live");
+      live.setAttribute("aria-live", "polite");
+      body = el("div");
+      panel.append(body, live);
       wanted.dock.append(panel);
     }
     const numbers = wanted.rows.map(lineOf).filter((n) => data && (data.lines[n] || data.calls[n]));
@@ -59,10 +64,10 @@
     if (panel.hidden) return;
     const step = steps(numbers);
     if (step) at = Math.min(at, step.list.length - 1);
-    panel.replaceChildren();
+    body.replaceChildren();
     const head = el("p", "st-head");
     head.append(el("strong", "", "Execution state"), " ", el("span", "st-run", `recorded by the checked run of ${data.run.slice(0, 10)}${data.truncated ? " (truncated)" : ""}`));
-    panel.append(head);
+    body.append(head);
     if (step) {
       const bar = el("p", "st-step");
       const prev = el("button", "st-prev", "‹"), next = el("button", "st-next", "›");
@@ -71,13 +76,20 @@
       next.setAttribute("aria-label", `Next ${step.kind}`);
       prev.disabled = at === 0;
       next.disabled = at === step.list.length - 1;
-      prev.onclick = () => { at -= 1; render(); panel.querySelector(".st-prev").focus(); };
-      next.onclick = () => { at += 1; render(); panel.querySelector(".st-next").focus(); };
+      // Keep the focus on the button pressed, or on the other one once this end is reached.
+      const go = (delta, own, other) => {
+        at += delta;
+        render();
+        const button = panel.querySelector(own);
+        (button.disabled ? panel.querySelector(other) : button).focus();
+        live.textContent = panel.querySelector(".st-at").textContent;
+      };
+      prev.onclick = () => go(-1, ".st-prev", ".st-next");
+      next.onclick = () => go(1, ".st-next", ".st-prev");
       const label = el("span", "st-at", `${step.kind} ${fmt(step.list[at])} of ${fmt(step.count)}${step.exact ? "" : "+"}`);
-      label.setAttribute("aria-live", "polite");
       bar.append(prev, " ", label, " ", next);
-      if (step.list.length < step.count) bar.append(" ", el("span", "st-kept", `(kept: the first ${step.list.length - 1} and the last)`));
-      panel.append(bar);
+      if (step.list.length < step.count) bar.append(" ", el("span", "st-kept", `(${step.list.length} of ${fmt(step.count)} kept)`));
+      body.append(bar);
     }
     for (const n of numbers) {
       const row = doc.getElementById("L" + n), box = el("div", "st-line");
@@ -98,7 +110,7 @@
       const runs = (call || line).c;
       if (runs > 1 && !step) box.append(el("p", "st-runs", `last of ${fmt(runs)} runs`));
       box.append(list);
-      panel.append(box);
+      body.append(box);
     }
   }
 

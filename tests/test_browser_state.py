@@ -1,0 +1,366 @@
+"""Execution state in real Chromium: the values at line ends, the state panel opened from a line or
+a note, stepping through a function's calls and a loop's iterations (by mouse and by keyboard),
+axe-core with the panel open, and the per-note tables that read without JS.
+
+The site is built from a private `check` of two labs (lab 01, whose values are single runs, and
+lab 04, whose excerpt has functions called many times and loops), in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from conftest import REPO, run_infralens, served, tabs_on
+from infralens.build import load_project, resolve
+
+pytestmark = pytest.mark.browser
+
+MEMORY = "lab-01-transformer-memory"
+STEPPED = "lab-04-online-softmax"
+"""A lab whose excerpt has a function called several times (its calls differ) and a loop."""
+RESOLVED = {r.lab.id: r for r in resolve(load_project(REPO / "site.yml")) if r.lab.id in (MEMORY, STEPPED)}
+MEMORY_PAGE = f"labs/{MEMORY}/index.html"
+STEPPED_PAGE = f"labs/{STEPPED}/index.html"
+MEMORY_STARTER = RESOLVED[MEMORY].excerpt.starter
+AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def line_of(starter: str, start: str) -> int:
+    """The number of the one line of a starter that starts (after its indent) with `start`."""
+    lines = (REPO / starter).read_text().splitlines()
+    found = [n for n, text in enumerate(lines, 1) if text.lstrip().startswith(start)]
+    assert len(found) == 1, f"{starter}: {len(found)} lines start with {start!r}"
+    return found[0]
+
+
+KV_LINE = line_of(MEMORY_STARTER, "kv_bytes_per_token = 2 * layers")
+EXACT_LINE = line_of(MEMORY_STARTER, "def exact_parameter_count")
+
+
+# --- The site, checked and built in a temporary folder, served on 127.0.0.1 ----------------------
+
+
+@pytest.fixture(scope="module")
+def state_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Check the two labs into a private cache, then build the site from it; returns the output."""
+    cache = tmp_path_factory.mktemp("state-cache")
+    checked = run_infralens("check", MEMORY, STEPPED, "--cache-dir", str(cache), cwd=REPO)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    out = cache / "output"
+    built = run_infralens("build", "--out", str(out), "--cache-dir", str(cache), cwd=REPO)
+    assert built.returncode == 0, built.stdout + built.stderr
+    for lab in (MEMORY, STEPPED):
+        assert (out / "labs" / lab / "state.js").is_file(), f"the build wrote no state for {lab}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def state_url(state_site: Path):
+    with served(state_site) as url:
+        yield url
+
+
+@pytest.fixture
+def state_tab(chromium, state_url: str):
+    """Open tabs on the built site: state_tab(js=True, scheme='light') → Tab."""
+    with tabs_on(chromium, state_url) as open_one:
+        yield open_one
+
+
+def recorded(site: Path, lab: str) -> dict:
+    """The data of a lab's state.js: the JSON it hands to InfraLensState(...)."""
+    text = (site / "labs" / lab / "state.js").read_text()
+    opening, closing = "InfraLensState(", ");\n"
+    assert text.startswith(opening) and text.endswith(closing)
+    return json.loads(text[len(opening):-len(closing)])
+
+
+# --- What the pages should show, from the recorded data -------------------------------------------
+
+
+def of_count(entry: dict) -> str:
+    """`60`, `4,097+` (a lower bound): the total in a step label."""
+    return f"{entry['c']:,}" + ("" if entry["x"] else "+")
+
+
+def call_items(sample: dict) -> list[str]:
+    items = [f"⬇ input {name} = {value}" for name, value in sample["i"]]
+    return items + ([f"↩ returned return = {sample['r']}"] if sample["r"] is not None else [])
+
+
+def line_items(sample: dict) -> list[str]:
+    return [f"⬆ bound {name} = {value}" for name, value in sample["v"]]
+
+
+def at_call(data: dict, first: int, last: int, call: int) -> list[list]:
+    """Per line of first..last with state: ["Line N", its items] in the call numbered `call`."""
+    shown = []
+    for n in range(first, last + 1):
+        entry, line = data["calls"].get(str(n)), data["lines"].get(str(n))
+        if entry is None and line is None:
+            continue
+        items = []
+        for kept, describe in ((entry, call_items), (line, line_items)):
+            chosen = [s for s in (kept or {"s": []})["s"] if s["k"] == call]
+            if chosen:
+                items += describe(chosen[-1])
+        shown.append([f"Line {n}", items or ["not run in this call"]])
+    return shown
+
+
+def block_table(data: dict, first: int, last: int) -> list[list[str]]:
+    """The rows of a note's no-JS table: line, '⬇ name' / '⬆ name' / '↩ return', value (last run)."""
+    rows = []
+    for n in range(first, last + 1):
+        if str(n) in data["calls"]:
+            sample = data["calls"][str(n)]["s"][-1]
+            rows += [[str(n), f"⬇ {name}", value] for name, value in sample["i"]]
+            rows.append([str(n), "↩ return", sample["r"] if sample["r"] is not None else "None"])
+        elif str(n) in data["lines"]:
+            rows += [[str(n), f"⬆ {name}", value] for name, value in data["lines"][str(n)]["s"][-1]["v"]]
+    return rows
+
+
+# --- Reading the page ------------------------------------------------------------------------------
+
+
+def hint(page, line: int) -> str:
+    """The computed `::after` content of a line's value hint (a CSS string, quotes included)."""
+    return page.eval_on_selector(f"#L{line} i[data-v]", "el => getComputedStyle(el, '::after').content")
+
+
+def hint_width(page, line: int) -> float:
+    return page.eval_on_selector(f"#L{line} i[data-v]", "el => el.getBoundingClientRect().width")
+
+
+def panel_lines(page) -> list[list]:
+    """The state panel as shown: per .st-line, ["Line N", [the text of each value item]]."""
+    return page.eval_on_selector_all(
+        ".state-panel .st-line",
+        "boxes => boxes.map(box => [box.querySelector('.st-title a').textContent,"
+        " [...box.querySelectorAll('.st-values li')].map(li => li.textContent)])",
+    )
+
+
+def selected(page) -> list[str]:
+    return page.eval_on_selector_all(".excerpt .row.sel", "rows => rows.map(r => r.id)")
+
+
+def stepped_call(data: dict):
+    """The first key block of the stepped lab whose lines hold a function called several times,
+    with two kept calls that show differently; returns (block, its def line, the call entry)."""
+    for block in RESOLVED[STEPPED].excerpt.key_blocks:
+        for n in range(block.first, block.last + 1):
+            entry = data["calls"].get(str(n))
+            if entry and len(entry["s"]) > 1:
+                calls = [s["k"] for s in entry["s"]]
+                assert at_call(data, block.first, block.last, calls[0]) != at_call(data, block.first, block.last, calls[1])
+                return block, n, entry
+    pytest.fail(f"no key block of {STEPPED} covers a function called several times")
+
+
+def loop_line(data: dict) -> tuple[int, dict]:
+    """The first line of the stepped lab run several times within one call (a loop), whose first
+    two runs bound different values."""
+    for key, entry in data["lines"].items():
+        calls = {s["k"] for s in entry["s"]}
+        if key not in data["calls"] and len(entry["s"]) > 1 and len(calls) == 1 and entry["s"][0]["v"] != entry["s"][1]["v"]:
+            return int(key), entry
+    pytest.fail(f"no line of {STEPPED} ran several times in one call")
+
+
+# --- The tests ---------------------------------------------------------------------------------
+
+
+def test_recorded_values_show_at_the_end_of_their_lines_on_the_lab_page_and_the_source_view(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, MEMORY)
+    assert data["lines"][str(KV_LINE)]["s"][-1]["v"] == [["kv_bytes_per_token", "524,288"]]
+    assert data["calls"][str(EXACT_LINE)]["s"][-1]["r"] == "6,738,415,616"
+    tab = state_tab()
+    for path in (MEMORY_PAGE, f"{MEMORY_STARTER}.html"):
+        page = tab.goto(path)
+        assert hint(page, KV_LINE) == '"→ 524,288"'
+        assert hint(page, EXACT_LINE) == '"↩ 6,738,415,616"'
+        assert hint_width(page, KV_LINE) > 0 and hint_width(page, EXACT_LINE) > 0
+        # Seen, never copied: the hint is CSS content of an empty element.
+        assert page.locator(f"#L{KV_LINE}").text_content().rstrip("\n").endswith("config.precision_bytes")
+    assert tab.errors == []
+
+
+def test_clicking_a_line_number_opens_the_state_panel_with_what_the_line_bound(state_tab) -> None:
+    tab = state_tab()
+    page = tab.goto(MEMORY_PAGE)
+    # An excerpt's numbers are CSS counters in the row's left padding: a click there selects the line
+    # (the first click also loads the reader, and is replayed once it has).
+    page.locator(f"#L{KV_LINE}").click(position={"x": 8, "y": 5})
+    panel = page.locator(".state-panel")
+    expect(panel).to_be_visible()
+    assert panel.get_attribute("aria-label") == "Execution state"
+    assert page.evaluate("window.InfraLensReader") is True
+    assert selected(page) == [f"L{KV_LINE}"] and page.evaluate("location.hash") == f"#L{KV_LINE}"
+    assert panel_lines(page) == [[f"Line {KV_LINE}", ["⬆ bound kv_bytes_per_token = 524,288"]]]
+    assert panel.locator(".st-title a").get_attribute("href") == f"#L{KV_LINE}"
+    assert "kv_bytes_per_token = 2 * layers" in panel.locator(".st-title code").text_content()
+    assert panel.locator(".st-step").count() == 0  # one run: nothing to step through
+    assert page.locator(".kb-panel").is_hidden()  # lines, not a note, are selected
+    assert tab.errors == []
+
+
+def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, MEMORY)
+    config = data["calls"][str(EXACT_LINE)]["s"][-1]["i"]
+    assert [name for name, _ in config] == ["config"]
+    tab = state_tab()
+    page = tab.goto(MEMORY_PAGE)
+    page.click("#kb-exact_parameter_count .kb-link")
+    panel = page.locator(".state-panel")
+    expect(panel).to_be_visible()
+    expect(page.locator(".kb-panel")).to_be_visible()
+    # Of the note's lines, only the def line holds state: the call's input and its return.
+    assert panel_lines(page) == [[f"Line {EXACT_LINE}", [f"⬇ input config = {config[0][1]}", "↩ returned return = 6,738,415,616"]]]
+    returned = panel.locator(".st-values li", has_text="↩")
+    assert returned.count() == 1
+    assert returned.locator(".st-value").text_content() == "6,738,415,616"
+    assert panel.locator(".st-step").count() == 0
+    assert tab.errors == []
+
+
+def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, STEPPED)
+    block, definition, entry = stepped_call(data)
+    calls = [s["k"] for s in entry["s"]]
+    tab = state_tab()
+    page = tab.goto(STEPPED_PAGE)
+    page.click(f"#kb-{block.slug} .kb-link")
+    at, prev, next_ = page.locator(".st-at"), page.locator(".st-prev"), page.locator(".st-next")
+    expect(at).to_have_text(f"call 1 of {of_count(entry)}")
+    assert prev.get_attribute("aria-label") == "Previous call" and next_.get_attribute("aria-label") == "Next call"
+    assert prev.is_disabled() and next_.is_enabled()
+    seen = [at.text_content()]
+    shown = [panel_lines(page)]
+    while next_.is_enabled():
+        next_.click()
+        seen.append(at.text_content())
+        shown.append(panel_lines(page))
+    # Every kept call, by its real number, and what each one held.
+    assert seen == [f"call {k:,} of {of_count(entry)}" for k in calls]
+    assert shown == [at_call(data, block.first, block.last, k) for k in calls]
+    assert shown[0][0][0] == f"Line {definition}" and shown[0] != shown[1]
+    assert next_.is_disabled() and prev.is_enabled()
+    if len(calls) < entry["c"]:
+        assert page.locator(".st-kept").text_content() == f"({len(calls)} of {of_count(entry)} kept)"
+    prev.click()
+    assert at.text_content() == seen[-2] and panel_lines(page) == shown[-2]
+    assert tab.errors == []
+
+    # A loop, from a deep link to its line: one line run many times within one call steps by iteration.
+    line, runs = loop_line(data)
+    tab = state_tab()
+    page = tab.goto(f"{STEPPED_PAGE}#L{line}")
+    at = page.locator(".st-at")
+    expect(at).to_have_text(f"iteration 1 of {of_count(runs)}")
+    assert selected(page) == [f"L{line}"]
+    assert page.locator(".st-prev").is_disabled()
+    assert page.locator(".st-next").get_attribute("aria-label") == "Next iteration"
+    assert panel_lines(page) == [[f"Line {line}", line_items(runs["s"][0])]]
+    page.click(".st-next")
+    assert at.text_content() == f"iteration {runs['s'][1]['n']:,} of {of_count(runs)}" == f"iteration 2 of {of_count(runs)}"
+    assert panel_lines(page) == [[f"Line {line}", line_items(runs["s"][1])]]
+    assert page.locator(".st-prev").is_enabled()
+    assert tab.errors == []
+
+
+def test_a_keyboard_alone_selects_a_note_and_steps_through_its_calls(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, STEPPED)
+    block, _, entry = stepped_call(data)
+    assert len(entry["s"]) >= 4  # three steps forward from the first, still one to spare
+    label = [f"call {s['k']:,} of {of_count(entry)}" for s in entry["s"]]
+    tab = state_tab()
+    page = tab.goto(STEPPED_PAGE)
+    page.focus(f"#kb-{block.slug} .kb-link")
+    page.keyboard.press("Enter")
+    at = page.locator(".st-at")
+    expect(at).to_have_text(label[0])
+    assert page.locator(f"#kb-{block.slug}").get_attribute("class") == "key-block active"
+    focused = "document.activeElement.matches('.state-panel .st-next')"
+    # The panel is docked under the code, before the notes: back up to its "next" button.
+    presses = 0
+    while not page.evaluate(focused):
+        assert presses < 100, "Shift+Tab never reached the state panel's next button"
+        page.keyboard.press("Shift+Tab")
+        presses += 1
+    page.keyboard.press("Enter")
+    assert at.text_content() == label[1]
+    assert page.evaluate(focused)  # the redrawn button keeps the focus
+    page.keyboard.press("Space")
+    assert at.text_content() == label[2]
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.matches('.state-panel .st-prev')")
+    page.keyboard.press("Enter")
+    assert at.text_content() == label[1]
+    # At either end the pressed button is disabled: the focus moves to the other one, not to <body>.
+    page.keyboard.press("Enter")
+    assert at.text_content() == label[0]
+    assert page.evaluate("document.activeElement.matches('.state-panel .st-next')")
+    for step in label[1:]:
+        page.keyboard.press("Enter")
+        assert at.text_content() == step
+    assert page.evaluate("document.activeElement.matches('.state-panel .st-prev')")
+    assert page.locator(".st-live").text_content() == label[-1]  # announced from a region that stays
+    assert tab.errors == []
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("lab", [MEMORY, STEPPED])
+def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state_site: Path, lab: str, scheme: str) -> None:
+    assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
+    data = recorded(state_site, lab)
+    block = stepped_call(data)[0] if lab == STEPPED else next(b for b in RESOLVED[lab].excerpt.key_blocks if b.slug == "exact_parameter_count")
+    tab = state_tab(scheme=scheme)
+    page = tab.goto(f"labs/{lab}/index.html")
+    page.click(f"#kb-{block.slug} .kb-link")
+    expect(page.locator(".state-panel")).to_be_visible()
+    if lab == STEPPED:  # with the step bar past its first call
+        page.click(".st-next")
+        expect(page.locator(".st-prev")).to_be_enabled()
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    problems = [
+        f"{v['id']} ({v['impact']}): {v['help']} — {[node['target'] for node in v['nodes']][:5]}"
+        for v in result["violations"]
+    ]
+    assert problems == []
+    assert tab.errors == []
+
+
+def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_values(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, MEMORY)
+    tab = state_tab(js=False)
+    page = tab.goto(MEMORY_PAGE)
+    with_state = 0
+    for block in RESOLVED[MEMORY].excerpt.key_blocks:
+        expected = block_table(data, block.first, block.last)
+        table = page.locator(f"#kb-{block.slug} table.kb-state")
+        if not expected:
+            assert table.count() == 0, block.slug
+            continue
+        with_state += 1
+        assert table.is_visible(), block.slug
+        assert table.locator("caption").text_content() == "Execution state of the last run"
+        rows = table.locator("tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
+        assert rows == [["Line", "Name", "Value"], *expected], block.slug
+    assert with_state == len(RESOLVED[MEMORY].excerpt.key_blocks)  # every note of lab 01 ran
+    assert "524,288" in page.locator("#kb-kv_bytes_per_token table.kb-state").inner_text()
+    assert "↩ return\t6,738,415,616" in page.locator("#kb-exact_parameter_count table.kb-state").inner_text()
+    # Every line with state ends with its value, visible.
+    for key in [*data["lines"], *data["calls"]]:
+        assert hint(page, int(key)) not in ("none", "normal", '""'), key
+        assert hint_width(page, int(key)) > 0, key
+    assert hint(page, KV_LINE) == '"→ 524,288"'
+    assert hint(page, EXACT_LINE) == '"↩ 6,738,415,616"'
+    assert page.locator(".state-panel").count() == 0
+    assert tab.errors == [] and tab.external == []
