@@ -20,7 +20,7 @@ from infralens.markdown import parser
 from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 from infralens.resolve import traced_spans
-from infralens.state import STATE_FILE, PageState, block_rows, page_state, state_script
+from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class Renderer:
             runs=runs,
             rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks), state),
             state=state,
-            state_rows={b.slug: block_rows(state, b) for b in excerpt.key_blocks},
+            state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             sections=sections,
             nav=nav,

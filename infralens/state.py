@@ -10,6 +10,7 @@ now; any other state is stale, and nothing of it is shown.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from infralens.models import Excerpt, KeyBlock, Lab, RunResult, StateChoice
@@ -17,7 +18,7 @@ from infralens.models import Excerpt, KeyBlock, Lab, RunResult, StateChoice
 STATE_FILE = "state.js"
 """The file beside a lab page that holds its recorded state, loaded on a reader's first selection."""
 
-HINT = 36
+HINT = 34
 """Longest value hint at the end of a line, in characters."""
 
 
@@ -43,18 +44,25 @@ class LineState:
     """False when part of the runs were not traced, so `count` is a lower bound."""
     run: int = 1
     """Which run (or call) the values are from: the last one kept, not always the last one made."""
+    process: str = ""
+    """The process that recorded them, when not the starter's own (a spawned rank: 'rank 0')."""
 
     @property
     def hint(self) -> str:
         """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for
         a call; `(last of 32)` after it when the line ran 32 times, or `(call 32 of 60)` when the
         run shown is not the last (a function called 60 times keeps calls 1-3 and powers of two)."""
-        if self.returned is not None:
-            text = "↩ " + self.returned
+        shown_inputs = [s for s in self.inputs if s.name not in RECEIVERS]
+        if self.returned == "None":  # a procedure: what it was called with says more
+            if not shown_inputs:
+                return ""
+            text = "⬇ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in shown_inputs)
+        elif self.returned is not None:
+            text = "↩ " + brief(self.returned)
         elif len(self.results) == 1:
-            text = "→ " + self.results[0].value
+            text = "→ " + brief(self.results[0].value)
         else:
-            text = "→ " + ", ".join(f"{s.name} = {s.value}" for s in self.results)
+            text = "→ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in self.results)
         if len(text) > HINT:
             text = text[: HINT - 1] + "…"
         if self.count > 1:
@@ -64,6 +72,15 @@ class LineState:
             else:
                 text += f" ({'call' if self.returned is not None else 'run'} {self.run:,} of {total})"
         return text
+
+
+_ARRAY = re.compile(r"\b(Tensor|ndarray) (\([^)]*\)) (\S+) \S+ [\d,]+ B(?: \[[^\]]*\])?(?: min \S+ max \S+?(?=, |[)\]}]|$))?")
+
+
+def brief(value: str) -> str:
+    """A value as a line-end hint shows it: a tensor or array as its shape and dtype only (the
+    panel and the note's table give its device, bytes and values)."""
+    return _ARRAY.sub(lambda m: f"{m[1]} {m[2]} {m[3]}", value)
 
 
 @dataclass(frozen=True)
@@ -141,20 +158,23 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         kept = [{"n": s.get("n", 1), "k": s.get("call", 0), "v": pairs(s.get("values", {}), choices)} for s in samples]
         if not any(sample["v"] for sample in kept):
             continue
-        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
+        process = str(entry.get("process") or "")
+        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
         last = kept[-1]["v"]
-        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"])
+        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"], process)
     for key, entry in state.get("calls", {}).items():
         number = int(key)
         choices = choice_for(number, starter.state, excerpt.key_blocks)
         samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
         if number not in shown_lines or not samples or any(not c.shown for c in choices):
             continue
-        kept = [{"k": s.get("call", 1), "i": pairs(s.get("inputs", {}), choices), "r": str(s["return"]) if "return" in s else None} for s in samples]
-        data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept}
+        kept = [{"k": s.get("call", 1), "i": pairs(s.get("inputs", {}), choices), "r": returned(s)} for s in samples]
+        process = str(entry.get("process") or "")
+        data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
         last = kept[-1]
         lines[number] = LineState(
-            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None", data_calls[key]["c"], data_calls[key]["x"], last["k"]
+            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None",
+            data_calls[key]["c"], data_calls[key]["x"], last["k"], process,
         )
     if not lines:
         return None
@@ -163,21 +183,51 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
     return PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
 
 
-def block_rows(page: PageState | None, block: KeyBlock) -> list[tuple[int, str, str, str]]:
-    """The rows of a key block's no-JS state table: (line, kind, name, value), kind being
-    'in' (a parameter at entry), 'out' (a value bound) or 'return'."""
+def returned(sample: dict) -> str | None:
+    """What a recorded call gave back: its return value, that it raised, or None when it never
+    returned (the process ended inside it)."""
+    if "return" in sample:
+        return str(sample["return"])
+    return "(raised an exception)" if sample.get("raised") else None
+
+
+RECEIVERS = ("self", "cls")
+"""Parameters whose value says little next to their method's line; the panel still lists them."""
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    """A key block's no-JS state table."""
+
+    rows: tuple[tuple[int, str, str, str], ...]
+    """(line, kind, name, value), kind being 'in' (a parameter at entry), 'out' (a value bound) or 'return'."""
+    process: str
+    """The spawned process every value comes from ('rank 0'), or '' for the starter's own."""
+
+
+def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
+    """Return a key block's table of recorded values, or None when its lines recorded none."""
     if page is None:
-        return []
-    rows = []
+        return None
+    rows: list[tuple[int, str, str, str]] = []
+    processes = set()
     for number in range(block.first, block.last + 1):
         line = page.lines.get(number)
         if line is None:
             continue
-        rows += [(number, "in", s.name, s.value) for s in line.inputs]
-        rows += [(number, "out", s.name, s.value) for s in line.results]
-        if line.returned is not None:
-            rows.append((number, "return", "return", line.returned))
-    return rows
+        where = f" (in {line.process})" if line.process else ""
+        processes.add(line.process)
+        rows += [(number, "in", s.name, s.value + where) for s in line.inputs if s.name not in RECEIVERS]
+        rows += [(number, "out", s.name, s.value + where) for s in line.results]
+        if line.returned is not None and line.returned != "None":
+            rows.append((number, "return", "return", line.returned + where))
+    if not rows:
+        return None
+    if len(processes) == 1:  # one process recorded them all: say so once
+        process = processes.pop()
+        suffix = f" (in {process})"
+        return BlockTable(tuple((n, k, name, value.removesuffix(suffix) if process else value) for n, k, name, value in rows), process)
+    return BlockTable(tuple(rows), "")
 
 
 def state_script(page: PageState) -> str:

@@ -30,6 +30,9 @@ import math
 import os
 import runpy
 import sys
+from opcode import opmap
+
+RETURN_VALUE, YIELD_VALUE = opmap["RETURN_VALUE"], opmap["YIELD_VALUE"]
 
 SAMPLES = 3
 """Runs of a statement (or calls of a function) kept from the start; the last one is kept too."""
@@ -55,8 +58,9 @@ def summarize(value, depth: int = 2) -> str:
         return f"<{type(value).__name__}: unreadable ({type(error).__name__})>"
 
 
-def number(value) -> str:
-    """An int with separators, a float with 6 significant digits, as a starter would print them."""
+def number(value, digits: int = 6) -> str:
+    """An int with separators, a float with 6 significant digits, as a starter would print them
+    (elements of a tensor or array with 4, about as torch prints them)."""
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, int):
@@ -64,7 +68,7 @@ def number(value) -> str:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return repr(value)
-        return f"{value:,.6g}" if abs(value) >= 1e-4 or value == 0 else f"{value:.6g}"
+        return f"{value:,.{digits}g}" if abs(value) >= 1e-4 or value == 0 else f"{value:.{digits}g}"
     return repr(value)
 
 
@@ -74,7 +78,8 @@ def _summarize(value, depth: int) -> str:
     if isinstance(value, complex):
         return repr(value)
     if isinstance(value, str):
-        return repr(value) if len(value) <= TEXT else repr(value[:TEXT]) + f"… ({len(value):,} chars)"
+        limit = TEXT if depth >= 2 else TEXT // 3  # a string inside a container or dataclass: shorter
+        return repr(value) if len(value) <= limit else repr(value[:limit]) + f"… ({len(value):,} chars)"
     if isinstance(value, (bytes, bytearray)):
         return f"{type(value).__name__} of {len(value):,} bytes"
     kind = type(value)
@@ -114,9 +119,13 @@ def _summarize(value, depth: int) -> str:
     return f"<{kind.__name__}>"
 
 
+VALUES = 3
+"""Leading elements of a tensor or array shown in its summary (beside its min and max)."""
+
+
 def _values(flat: list) -> str:
-    shown = ", ".join(number(v) for v in flat[:ITEMS])
-    return f"[{shown}{', …' if len(flat) > ITEMS else ''}]"
+    shown = ", ".join(number(v, 4) for v in flat[:VALUES])
+    return f"[{shown}{', …' if len(flat) > VALUES else ''}]"
 
 
 def quiet_torch():
@@ -152,9 +161,9 @@ def _tensor(t) -> str:
         if not t.is_contiguous() and t.numel() > 1 << 22:
             return text  # reading it in order would copy it whole
         flat = t.detach().reshape(-1)
-        text += " " + _values(flat[:ITEMS + 1].tolist())
+        text += " " + _values(flat[:VALUES + 1].tolist())
         if t.numel() > 1 and not t.is_complex() and str(t.dtype) != "torch.bool":
-            text += f" min {number(flat.min().item())} max {number(flat.max().item())}"
+            text += f" min {number(flat.min().item(), 4)} max {number(flat.max().item(), 4)}"
     return text
 
 
@@ -164,9 +173,9 @@ def _array(a) -> str:
     if a.size == 0 or a.dtype.kind not in "biuf":
         return text
     flat = a.reshape(-1)
-    text += " " + _values(flat[:ITEMS + 1].tolist())
+    text += " " + _values(flat[:VALUES + 1].tolist())
     if a.size > 1:
-        text += f" min {number(flat.min().item())} max {number(flat.max().item())}"
+        text += f" min {number(flat.min().item(), 4)} max {number(flat.max().item(), 4)}"
     return text
 
 
@@ -274,6 +283,8 @@ class Tracer:
         """Code objects with calls or lines left untraced: their statements' counts are lower bounds."""
         self.line_code: dict[int, object] = {}
         self.call_samples: dict[object, Samples] = {}
+        self.live: dict[int, tuple] = {}
+        """Frames being traced now, so a state taken before they return (at os._exit) has their last runs."""
 
     def inside(self, line: int) -> bool:
         return any(first <= line <= last for first, last in self.ranges)
@@ -297,6 +308,9 @@ class Tracer:
         return FrameTracer(self, frame, calls).trace
 
     def result(self) -> dict:
+        for frame_tracer, frame in list(self.live.values()):
+            frame_tracer.finish(frame)
+            frame_tracer.flush(frame)
         for line, samples in self.lines.items():
             samples.exact = self.line_code[line] not in self.skipped
         for code, samples in self.call_samples.items():
@@ -307,7 +321,7 @@ class Tracer:
             "lines": {str(line): samples.as_json() for line, samples in sorted(self.lines.items())},
             "calls": {str(line): samples.as_json() for line, samples in sorted(self.calls.items())},
         }
-        return capped(state)
+        return state
 
 
 class FrameTracer:
@@ -336,6 +350,8 @@ class FrameTracer:
             self.call = {"call": index, "inputs": inputs}
             self.samples = tracer.calls.setdefault(definition, Samples())
             tracer.call_samples[code] = self.samples
+            self.samples.add(self.call)  # kept from its start: a call that never returns (os._exit) still shows its inputs
+        tracer.live[id(self)] = (self, frame)
 
     def trace(self, frame, event, arg):
         if event == "line":
@@ -353,9 +369,13 @@ class FrameTracer:
         elif event == "return":
             self.finish(frame)
             self.flush(frame)
+            self.tracer.live.pop(id(self), None)
             if self.call is not None:
-                self.call["return"] = summarize(arg)
-                self.samples.add(self.call)
+                left_by = frame.f_code.co_code[frame.f_lasti]
+                if left_by == RETURN_VALUE:
+                    self.call["return"] = summarize(arg)
+                elif left_by != YIELD_VALUE:  # left by an exception, not a return
+                    self.call["raised"] = True
         return self.trace
 
     def finish(self, frame) -> None:
@@ -450,6 +470,92 @@ def run_blocks(path: str, blocks: list) -> None:
         exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
 
 
+CHILD_SPEC = "INFRALENS_TRACE_STATE"
+"""Environment variable through which a traced run hands its spec to the processes it spawns."""
+CHILD_RUN_NAME = "infralens_trace_child"
+
+
+def trace_spawned_children(spec: dict) -> None:
+    """Make every process the starter starts with multiprocessing's "spawn" (a rank of a
+    distributed lab, say) trace itself too, before it imports the starter.
+
+    The child's command line runs this file first (as CHILD_RUN_NAME), which installs a tracer
+    from the spec in the environment and writes the child's state beside the parent's, where the
+    parent merges it when the starter ends.
+    """
+    import multiprocessing.spawn as spawn
+
+    os.environ[CHILD_SPEC] = json.dumps(spec)
+    original = spawn.get_command_line
+
+    def command_line(**kwds):
+        line = original(**kwds)
+        if "-c" in line:
+            at = line.index("-c") + 1
+            line[at] = f"import runpy; runpy.run_path({os.path.abspath(__file__)!r}, run_name={CHILD_RUN_NAME!r}); " + line[at]
+        return line
+
+    spawn.get_command_line = command_line
+
+
+def child() -> None:
+    """In a spawned process: trace the starter's code as the parent does; write the state on exit."""
+    import atexit
+
+    spec = json.loads(os.environ[CHILD_SPEC])
+    with open(spec["source"], encoding="utf-8") as handle:
+        source = handle.read()
+    if spec.get("blocks") is not None:
+        source = python_of(source, spec["blocks"])
+    tracer = Tracer(spec["source"], source, [tuple(r) for r in spec["ranges"]])
+    written = []
+
+    def write() -> None:
+        if written:
+            return
+        written.append(True)
+        sys.settrace(None)
+        import multiprocessing
+
+        state = tracer.result()
+        state["process"] = multiprocessing.current_process().name
+        try:
+            with open(f"{spec['output']}.{os.getpid()}", "w", encoding="utf-8") as handle:
+                json.dump(state, handle)
+        except OSError:
+            pass
+
+    real_exit = os._exit
+
+    def exit_after_writing(code):  # a rank may end with os._exit, which runs no atexit handler
+        write()
+        real_exit(code)
+
+    os._exit = exit_after_writing
+    atexit.register(write)
+    sys.settrace(tracer)
+
+
+def merged(state: dict, output: str) -> dict:
+    """Add to a run's state what its spawned processes recorded, for the lines the run itself did
+    not reach: from the first process, by name (rank 0 before rank 1), that recorded each."""
+    folder, stem = os.path.split(output)
+    children = []
+    for name in os.listdir(folder or "."):
+        if name.startswith(stem + "."):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                    children.append(json.load(handle))
+            except (OSError, ValueError):
+                continue
+    for other in sorted(children, key=lambda c: str(c.get("process", ""))):
+        for group in ("lines", "calls"):
+            for line, entry in other.get(group, {}).items():
+                if line not in state[group]:
+                    state[group][line] = {**entry, "process": other.get("process", "")}
+    return state
+
+
 def main() -> None:
     source_path, spec_path, *args = sys.argv[1:]
     with open(spec_path, encoding="utf-8") as handle:
@@ -460,6 +566,7 @@ def main() -> None:
     if blocks is not None:
         source = python_of(source, blocks)
     tracer = Tracer(source_path, source, [tuple(r) for r in spec["ranges"]])
+    trace_spawned_children({**spec, "source": source_path})
     sys.argv = [source_path, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(source_path))  # as `python STARTER` would have it
     sys.settrace(tracer)
@@ -473,11 +580,14 @@ def main() -> None:
     finally:
         sys.settrace(None)
         try:
+            state = capped(merged(tracer.result(), spec["output"]))
             with open(spec["output"], "w", encoding="utf-8") as handle:
-                json.dump(tracer.result(), handle)
+                json.dump(state, handle)
         except OSError as error:  # the run's result stands; the page just shows no state
             print(f"trace_state: could not write the state: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":
     main()
+elif __name__ == CHILD_RUN_NAME:
+    child()

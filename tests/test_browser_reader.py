@@ -25,7 +25,7 @@ def shown_lines(block) -> list[str]:
 
 
 def selected(page) -> list[str]:
-    return page.eval_on_selector_all(".excerpt .row.sel, .page-source .row.sel", "rows => rows.map(r => r.id)")
+    return page.eval_on_selector_all(".excerpt code > span.sel, .page-source code > span.sel", "rows => rows.map(r => r.id)")
 
 
 def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(open_tab) -> None:
@@ -76,7 +76,7 @@ def test_a_key_block_deep_link_restores_the_selection_on_load(open_tab) -> None:
     block = LAB.excerpt.key_blocks[4]
     page = tab.goto(f"{LAB_PAGE}#kb-{block.slug}")
     tab.reader()
-    page.wait_for_function("document.querySelector('.row.sel') !== null")
+    page.wait_for_function("document.querySelector('pre.code > code > span.sel') !== null")
     assert selected(page) == shown_lines(block)
     assert block.name in page.locator(".kb-panel").inner_text()
     page.wait_for_timeout(200)  # the reveal runs after the browser's own jump to the fragment
@@ -185,7 +185,7 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) 
     assert page.locator(".theme-toggle").is_hidden()
     assert page.locator(".copy").count() == 0
     # Every bound line is marked without JS.
-    bound = page.eval_on_selector_all(".excerpt .row.bound", "rows => rows.map(r => r.id)")
+    bound = page.eval_on_selector_all(".excerpt code > span.bound", "rows => rows.map(r => r.id)")
     expected = sorted({f"L{line.number}" for b in resolved.excerpt.key_blocks for line in resolved.excerpt.lines if b.first <= line.number <= b.last}, key=lambda s: int(s[1:]))
     assert bound == expected
     assert tab.external == []

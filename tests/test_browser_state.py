@@ -113,15 +113,17 @@ def at_call(data: dict, first: int, last: int, call: int) -> list[list]:
 
 
 def block_table(data: dict, first: int, last: int) -> list[list[str]]:
-    """The rows of a note's no-JS table: line, '⬇ name' / '⬆ name' / '↩ return', value (last run)."""
+    """The rows of a note's no-JS table: line, 'name' / '⬇ name' / '↩ return', value (last run).
+    A method's receiver and a procedure's None are left out."""
     rows = []
     for n in range(first, last + 1):
         if str(n) in data["calls"]:
             sample = data["calls"][str(n)]["s"][-1]
-            rows += [[str(n), f"⬇ {name}", value] for name, value in sample["i"]]
-            rows.append([str(n), "↩ return", sample["r"] if sample["r"] is not None else "None"])
+            rows += [[str(n), f"⬇ {name}", value] for name, value in sample["i"] if name not in ("self", "cls")]
+            if sample["r"] not in (None, "None"):
+                rows.append([str(n), "↩ return", sample["r"]])
         elif str(n) in data["lines"]:
-            rows += [[str(n), f"⬆ {name}", value] for name, value in data["lines"][str(n)]["s"][-1]["v"]]
+            rows += [[str(n), name, value] for name, value in data["lines"][str(n)]["s"][-1]["v"]]
     return rows
 
 
@@ -147,7 +149,7 @@ def panel_lines(page) -> list[list]:
 
 
 def selected(page) -> list[str]:
-    return page.eval_on_selector_all(".excerpt .row.sel", "rows => rows.map(r => r.id)")
+    return page.eval_on_selector_all(".excerpt code > span.sel", "rows => rows.map(r => r.id)")
 
 
 def stepped_call(data: dict):
@@ -350,7 +352,7 @@ def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_
             continue
         with_state += 1
         assert table.is_visible(), block.slug
-        assert table.locator("caption").text_content() == "Execution state of the last run"
+        assert table.locator("caption").text_content() == "Last run"
         rows = table.locator("tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
         assert rows == [["Line", "Name", "Value"], *expected], block.slug
     assert with_state == len(RESOLVED[MEMORY].excerpt.key_blocks)  # every note of lab 01 ran

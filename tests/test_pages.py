@@ -22,7 +22,7 @@ def visible_text(fragment: str) -> str:
 
 def code_lines(page: str) -> list[tuple[int, str]]:
     """(line number, text) of every row of every listing on a page."""
-    rows = re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*>(.*?)\n</span>', page, re.S)
+    rows = re.findall(r'<span(?: class="[^"]*")? id="L(\d+)"[^>]*>(.*?)\n</span>', page, re.S)
     return [(int(number), visible_text(body)) for number, body in rows]
 
 
@@ -118,7 +118,7 @@ def shown_numbers(page: str) -> list[tuple[int, int]]:
     code = re.search(r'<pre class="code[^"]*"[^>]*><code style="counter-reset:ln (\d+)">(.*?)</code></pre>', page, re.S)
     value = int(code.group(1))
     pairs = []
-    for number, style in re.findall(r'<span class="row[^"]*" id="L(\d+)"[^>]*?(?: style="counter-set:ln (\d+)")?>', code.group(2)):
+    for number, style in re.findall(r'<span(?: class="[^"]*")? id="L(\d+)"[^>]*?(?: style="counter-set:ln (\d+)")?>', code.group(2)):
         value = int(style) if style else value + 1
         pairs.append((int(number), value))
     return pairs

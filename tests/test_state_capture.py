@@ -51,11 +51,11 @@ def test_plain_values_read_as_a_starter_would_print_them(value, shown: str) -> N
 
 @pytest.mark.unit
 def test_tensors_and_arrays_show_shape_dtype_device_bytes_values_and_range() -> None:
-    assert summarize(torch.arange(12.0).reshape(3, 4)) == "Tensor (3, 4) float32 cpu 48 B [0, 1, 2, 3, …] min 0 max 11"
+    assert summarize(torch.arange(12.0).reshape(3, 4)) == "Tensor (3, 4) float32 cpu 48 B [0, 1, 2, …] min 0 max 11"
     assert summarize(torch.tensor([5], dtype=torch.int64)) == "Tensor (1,) int64 cpu 8 B [5]"
     assert summarize(torch.zeros(2, 3, device="meta")) == "Tensor (2, 3) float32 meta 24 B"  # no values to read
     assert summarize(torch.empty(0)) == "Tensor (0,) float32 cpu 0 B"
-    assert summarize(np.full((2, 3), 1.5, dtype=np.float32)) == "ndarray (2, 3) float32 24 B [1.5, 1.5, 1.5, 1.5, …] min 1.5 max 1.5"
+    assert summarize(np.full((2, 3), 1.5, dtype=np.float32)) == "ndarray (2, 3) float32 24 B [1.5, 1.5, 1.5, …] min 1.5 max 1.5"
     assert summarize(torch.bfloat16) == "torch.bfloat16"
 
 
@@ -211,7 +211,7 @@ def test_reading_a_tensor_runs_nothing_a_starters_torch_function_mode_sees() -> 
     x = torch.arange(6.0).reshape(2, 3)
     with Count() as mode:
         shown = summarize(x)
-    assert shown == "Tensor (2, 3) float32 cpu 24 B [0, 1, 2, 3, …] min 0 max 5"
+    assert shown == "Tensor (2, 3) float32 cpu 24 B [0, 1, 2, …] min 0 max 5"
     assert mode.calls == []  # lab 10's PeakTracker once counted the tracer's min() and max()
 
 
@@ -228,3 +228,44 @@ def test_a_markdown_starters_blocks_are_traced_at_their_lines_of_the_md_file(tmp
     assert run.returncode == 0 and run.stdout == "4096\n"
     lines = json.loads((tmp_path / "state.json").read_text())["lines"]
     assert {line: entry["samples"][-1]["values"] for line, entry in lines.items()} == {"6": {"size": "4,096"}, "13": {"double": "8,192"}}
+
+
+SPAWNING = """\
+import multiprocessing
+import os
+
+
+def rank_main(rank):
+    shard = [rank] * (rank + 2)
+    print("rank", rank, len(shard), flush=True)
+    os._exit(0)  # as lab 20's ranks end: no atexit handler runs
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    ranks = [context.Process(target=rank_main, args=(rank,), name=f"rank {rank}") for rank in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
+    print("exit codes", [p.exitcode for p in ranks])
+"""
+
+
+@pytest.mark.cli
+def test_processes_the_starter_spawns_record_their_lines_too_rank_0_first(tmp_path: Path) -> None:
+    traced, state, plain = trace(tmp_path, SPAWNING, [[5, 8]])
+    assert traced.returncode == 0, traced.stderr
+    assert sorted(traced.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    assert state["lines"]["6"]["samples"][-1]["values"] == {"shard": "[0, 0]"}
+    assert state["lines"]["6"]["process"] == "rank 0"
+    assert state["calls"]["5"]["samples"][-1]["inputs"] == {"rank": "0"}
+
+
+@pytest.mark.cli
+def test_a_call_that_raises_says_so_and_a_generator_is_not_taken_for_one(tmp_path: Path) -> None:
+    code = "def fails(x):\n    raise ValueError(x)\n\n\ndef counts(n):\n    yield from range(n)\n\n\ntry:\n    fails(3)\nexcept ValueError:\n    pass\nprint(sum(counts(4)))\n"
+    traced, state, plain = trace(tmp_path, code, [[1, 6]])
+    assert traced.stdout == plain.stdout == "6\n"
+    assert state["calls"]["1"]["samples"] == [{"call": 1, "inputs": {"x": "3"}, "raised": True, "n": 1}]
+    assert not any("raised" in sample for sample in state["calls"]["5"]["samples"])

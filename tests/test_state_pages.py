@@ -14,7 +14,7 @@ from infralens.build import load_project, resolve
 from infralens.errors import Mark
 from infralens.models import RunResult, StateChoice
 from infralens.resolve import trace_spans_of, traced_spans
-from infralens.state import LineState, Shown, block_rows, page_state, recorded_text, state_script
+from infralens.state import LineState, Shown, block_table, page_state, recorded_text, state_script
 
 SAMPLE = TESTS / "sites" / "sample"
 LAB_PAGE = "output/labs/lab-01-sample/index.html"
@@ -99,7 +99,8 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
     block = replace(excerpt.key_blocks[0], state=only)
     narrowed = page_state(lab, replace(excerpt, key_blocks=(block, *excerpt.key_blocks[1:])), run_with(state, spans), spans)
     assert narrowed.lines[9].hint == "→ 32"
-    assert block_rows(narrowed, block) == [(9, "out", "kv_heads", "32")]
+    assert block_table(narrowed, block).rows == ((9, "out", "kv_heads", "32"),)
+    assert block_table(narrowed, excerpt.key_blocks[1]) is None  # line 10 recorded nothing here
 
 
 @pytest.mark.unit
@@ -109,8 +110,16 @@ def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
     # Calls are kept 1-3 and at powers of two: the one shown is named when it is not the last.
     assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
     assert replace(line, exact=False).hint == "↩ 6,738,415,616 (call 3 of 3+)"
+    # A procedure's return says nothing: its inputs are shown instead, or no hint at all.
+    procedure = LineState(7, (), (Shown("self", "<Block>"), Shown("n", "4")), "None", 1, True)
+    assert procedure.hint == "⬇ n = 4"
+    assert replace(procedure, inputs=(Shown("self", "<Block>"),)).hint == ""
+    # A tensor at a line's end is its shape and dtype; its bytes and values are in the table and panel.
+    tensor = "Tensor (16, 2, 32) float64 cpu 8,192 B [0.5383, 0.07494, 5.924, 1.046, …] min -5.805 max 5.924"
+    assert LineState(8, (Shown("h", tensor),), (), None, 1, True).hint == "→ Tensor (16, 2, 32) float64"
+    assert LineState(8, (Shown("out", f"({tensor}, 1)"),), (), None, 1, True).hint == "→ (Tensor (16, 2, 32) float64, 1)"
     long = LineState(6, (Shown("x", "y" * 100),), (), None, 1, True)
-    assert len(long.hint) == 36 and long.hint.endswith("…")
+    assert len(long.hint) == 34 and long.hint.endswith("…")
 
 
 @pytest.mark.unit
@@ -130,7 +139,7 @@ def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample
     assert run_infralens("build", cwd=sample_site).returncode == 0
     page = sample_site / LAB_PAGE
     assert hints(page) == ["→ 8,192", "→ 524,288"]
-    assert "Execution state of the last run" in page.read_text()
+    assert "<caption>Last run</caption>" in page.read_text()
     assert (sample_site / "output/labs/lab-01-sample/state.js").read_text().startswith("InfraLensState(")
     assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == ["→ 8,192", "→ 524,288"]
 
@@ -138,7 +147,7 @@ def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample
     starter = sample_site / "code/lab-01-sample/kv.py"
     starter.write_text(starter.read_text().replace("default=32", "default=16"))
     assert run_infralens("build", cwd=sample_site).returncode == 0
-    assert hints(page) == [] and "Execution state" not in page.read_text()
+    assert hints(page) == [] and "<caption>Last run</caption>" not in page.read_text()
     assert not (sample_site / "output/labs/lab-01-sample/state.js").exists()
     assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == []
 
@@ -165,3 +174,17 @@ def test_a_figure_only_a_line_holds_backs_the_prose_and_stops_when_that_line_is_
     unbacked = run_infralens("check", "lab-01-sample", cwd=sample_site)
     assert unbacked.returncode == 1
     assert "the page states 8,192 but no starter of the lab prints it or records it on a line" in unbacked.stderr + unbacked.stdout
+
+
+@pytest.mark.unit
+def test_values_a_spawned_rank_recorded_say_which_rank_once_per_table(sample) -> None:
+    spans = traced_spans(sample.lab, sample.excerpt)
+    ranked = {**STATE, "lines": {line: {**entry, "process": "rank 0"} for line, entry in STATE["lines"].items()}}
+    page = page_state(sample.lab, sample.excerpt, run_with(ranked, spans), spans)
+    assert page.data["lines"]["9"]["p"] == "rank 0"
+    table = block_table(page, sample.excerpt.key_blocks[0])
+    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192"),)
+    mixed = {**ranked, "lines": {**ranked["lines"], "10": STATE["lines"]["10"]}}
+    both = replace(sample.excerpt.key_blocks[0], last=10)
+    table = block_table(page_state(sample.lab, sample.excerpt, run_with(mixed, spans), spans), both)
+    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (in rank 0)"), (10, "out", "total", "524,288"))

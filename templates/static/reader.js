@@ -11,7 +11,7 @@
 
   /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
   let listing = null, panel = null, anchor = null;
-  const rows = () => (listing ? $$(".row", listing) : []);
+  const rows = () => (listing ? $$("code > span", listing) : []);
   const lineOf = (row) => +row.id.slice(1);
   const blocks = () => $$(".key-block");
   const slugOf = (block) => block.id.slice(3);
@@ -115,7 +115,7 @@
   }
 
   function onListingClick(event) {
-    const link = event.target.closest("a"), row = event.target.closest(".row");
+    const link = event.target.closest("a"), row = event.target.closest("pre.code > code > span");
     if (!row) return;
     const onNumber = link ? link.classList.contains("ln")
       : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
@@ -164,7 +164,7 @@
     addEventListener("hashchange", () => followHash(true));
     // The browser jumps to a fragment's element once the page has loaded; show the code after that.
     if (followHash(false)) {
-      const show = () => requestAnimationFrame(() => reveal($(".row.sel", listing)));
+      const show = () => requestAnimationFrame(() => reveal($("code > span.sel", listing)));
       if (doc.readyState === "complete") show(); else addEventListener("load", show);
     }
   }

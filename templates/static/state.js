@@ -97,6 +97,8 @@
       const link = el("a", "", `Line ${n}`);
       link.href = "#L" + n;
       title.append(link, " ", el("code", "", row.textContent.trim().slice(0, 90)));
+      const where = (data.calls[n] || data.lines[n]).p;
+      if (where) title.append(" ", el("span", "st-where", `in ${where}`));
       box.append(title);
       const list = el("ul", "st-values");
       const call = data.calls[n], line = data.lines[n];
