@@ -15,7 +15,9 @@ A statement run many times keeps its first SAMPLES runs and its last, with the t
 frame that has traced LINE_BUDGET lines stops being traced (its counts then say "at least").
 
 Only frames of the starter's own file whose lines touch a range are traced; every other frame
-runs at full speed. The state is capped at MAX_BYTES of JSON ("truncated": true when cut).
+runs at full speed. What the tracer does must not show in what the starter measures: a tensor's
+values are read with the starter's torch function and dispatch modes off and never while a
+profiler records, and torch.compile is told to leave the tracer's frames alone. The state is capped at MAX_BYTES of JSON ("truncated": true when cut).
 
 This file is run as a script by path and imports nothing of InfraLens (the starter's interpreter
 may not have it on its path); tests import it as `infralens.trace_state`.
@@ -147,7 +149,32 @@ def quiet_torch():
         return None
 
 
+def own_code() -> list:
+    """Every code object of this file's functions and methods, nested ones (comprehensions) included."""
+    found, todo = [], []
+    for value in list(globals().values()):
+        members = vars(value).values() if isinstance(value, type) and value.__module__ == __name__ else [value]
+        for member in members:
+            member = getattr(member, "fget", member)
+            code = getattr(member, "__code__", None)
+            if code is not None and code.co_filename == __file__:
+                todo.append(code)
+    while todo:
+        code = todo.pop()
+        found.append(code)
+        todo.extend(c for c in code.co_consts if hasattr(c, "co_code"))
+    return found
+
+
+def profiling(torch) -> bool:
+    """Whether the autograd profiler (torch.profiler too) is recording on this thread now."""
+    enabled = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_profiler_enabled", None)
+    return bool(enabled()) if enabled is not None else False
+
+
 def _tensor(t) -> str:
+    import torch
+
     quiet = quiet_torch()
     if quiet is None:  # even reading its shape would run the starter's modes
         return "Tensor"
@@ -160,6 +187,8 @@ def _tensor(t) -> str:
             return text
         if not t.is_contiguous() and t.numel() > 1 << 22:
             return text  # reading it in order would copy it whole
+        if profiling(torch):
+            return text  # the starter's profiler would record the ops that read the values
         flat = t.detach().reshape(-1)
         text += " " + _values(flat[:VALUES + 1].tolist())
         if t.numel() > 1 and not t.is_complex() and str(t.dtype) != "torch.bool":
@@ -298,6 +327,8 @@ class Tracer:
         return known
 
     def __call__(self, frame, event, arg):
+        if not self.guarded and hasattr(sys.modules.get("torch._dynamo"), "optimize"):  # fully imported
+            self.guard()
         if event != "call" or frame.f_code.co_filename != self.filename or not self.wanted(frame.f_code):
             return None
         code = frame.f_code
@@ -306,6 +337,22 @@ class Tracer:
             self.skipped.add(code)  # not one of the first calls nor a power of two, or over budget
             return None
         return FrameTracer(self, frame, calls).trace
+
+    guarded = False
+
+    def guard(self) -> None:
+        """Once torch.compile is loaded, have it run the tracer's own frames as they are.
+
+        While a compiled function runs, torch.compile evaluates every Python frame that starts,
+        the tracer's callbacks included: it would compile them (and graph-break on their reads of
+        tensors), changing the graphs the starter counts. Marking the tracer's code objects as
+        skipped (torch._dynamo's own way to exempt its helpers) runs them as plain Python.
+        """
+        self.guarded = True
+        skip = getattr(sys.modules.get("torch._dynamo.eval_frame"), "skip_code", None)
+        if skip is not None:
+            for code in own_code():
+                skip(code)
 
     def result(self) -> dict:
         for frame_tracer, frame in list(self.live.values()):

@@ -26,18 +26,6 @@ def search_tab(open_tab, real_site: Path):
     return open_tab
 
 
-def timed_results(page) -> None:
-    """Record, for every input event, the milliseconds until the result list changes."""
-    page.evaluate(
-        """() => {
-        window.searchTimes = [];
-        document.addEventListener("input", () => { window.inputAt = performance.now(); }, true);
-        new MutationObserver(() => searchTimes.push(performance.now() - inputAt))
-          .observe(document.querySelector("#site-search-results"), {childList: true});
-      }"""
-    )
-
-
 def focus_and_load(page) -> None:
     page.keyboard.press("/")
     page.wait_for_function("window.InfraLensSearchIndex !== undefined")
@@ -60,7 +48,6 @@ def test_slash_then_an_identifier_only_a_starter_has_finds_its_lab_and_enter_ope
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.id") == INPUT[1:]
     page.wait_for_function("window.InfraLensSearchIndex !== undefined")
-    timed_results(page)
     page.keyboard.type(IDENTIFIER)
     first = page.locator("#site-search-option-0")
     first.wait_for()
@@ -68,8 +55,6 @@ def test_slash_then_an_identifier_only_a_starter_has_finds_its_lab_and_enter_ope
     assert href in (tab.base + f"{STARTER}.html", tab.base + f"labs/{LAB}/index.html")
     assert IDENTIFIER in first.locator("mark").all_inner_texts()
     assert page.get_attribute(INPUT, "aria-expanded") == "true"
-    times = page.evaluate("searchTimes")
-    assert times and max(times) < 50, times
 
     page.keyboard.press("ArrowDown")
     assert page.get_attribute(INPUT, "aria-activedescendant") == "site-search-option-0"

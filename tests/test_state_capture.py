@@ -269,3 +269,51 @@ def test_a_call_that_raises_says_so_and_a_generator_is_not_taken_for_one(tmp_pat
     assert traced.stdout == plain.stdout == "6\n"
     assert state["calls"]["1"]["samples"] == [{"call": 1, "inputs": {"x": "3"}, "raised": True, "n": 1}]
     assert not any("raised" in sample for sample in state["calls"]["5"]["samples"])
+
+
+@pytest.mark.unit
+def test_under_a_profiler_a_tensor_is_read_for_its_shape_only_and_the_profiler_sees_nothing() -> None:
+    from torch.autograd.profiler import profile
+
+    x = torch.arange(6.0)
+    with profile() as prof:
+        shown = summarize(x)
+    assert shown == "Tensor (6,) float32 cpu 24 B"
+    assert [event.name for event in prof.function_events] == []
+
+
+COMPILED = """\
+import torch
+from torch.autograd.profiler import profile
+
+
+def branchy(x):
+    y = x * 2
+    if y.sum() > 0:
+        return torch.relu(y) + 1
+    return y - 1
+
+
+graphs = []
+
+
+def record(gm, example_inputs):
+    graphs.append(len(gm.graph.nodes))
+    return gm.forward
+
+
+compiled = torch.compile(branchy, backend=record)
+out = compiled(torch.ones(4))
+with profile() as prof:
+    out = compiled(-torch.ones(4))
+regions = sum(e.name.startswith("Torch-Compiled Region") for e in prof.function_events)
+print("graphs", graphs, "compiled regions entered", regions)
+"""
+
+
+@pytest.mark.cli
+def test_torch_compile_captures_the_same_graphs_under_the_tracer(tmp_path: Path) -> None:
+    traced, state, plain = trace(tmp_path, COMPILED, [[5, 9]])
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == plain.stdout and plain.stdout.startswith("graphs [")
+    assert "compiled regions entered 2" in plain.stdout  # the graph, and the one resumed after the break
