@@ -1,14 +1,16 @@
-"""What recording execution state costs: each Python starter run plain and under the tracer.
+"""What recording execution state costs `check`: each previewed starter's plain run and its traced run.
 
     python bench/state_capture.py [--runs 3] [LAB_ID ...]
 
-For every runnable starter that a lab previews (.py, and .md through its python blocks), runs it
-as `check` ran it before execution state existed and as `check` runs it now, under
-`infralens/trace_state.py` recording exactly the lines check records, alternating, RUNS times
-each. Prints the median wall time of both, their ratio, the state's size and how many lines it
+`check` runs a previewed starter as it always did (that run's output is what the page shows and
+what `expect` checks) and, when it passed, once more under `infralens/trace_state.py` recording
+exactly the lines check records (.md starters through their python blocks). This runs both,
+alternating, RUNS times each, and prints the median wall time of each, what check now spends on
+the starter against before ((plain + traced) / plain), the state's size and how many lines it
 holds, and whether the traced run printed as many lines as the plain one. A starter that opts out
-(`state: false`) runs plain in check and is listed as such. Issue 14's target: the whole of `check`
-at most 1.3x, and no starter over 2x.
+(`state: false`) is listed as such. Issue 14's target was the whole of `check` at most 1.3x, no
+starter over 2x: a second run puts every starter at 2x or more, the price of a page whose printed
+timings and peaks are the untraced run's.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def main() -> None:
     parser.add_argument("labs", nargs="*")
     args = parser.parse_args()
     project = load_project(ROOT / "site.yml")
-    print(f"{'lab':38} {'plain s':>8} {'traced s':>9} {'ratio':>6} {'lines':>6} {'state B':>8}  same output")
+    print(f"{'lab':38} {'plain s':>8} {'traced s':>9} {'check':>6} {'lines':>6} {'state B':>8}  same output")
     plain_total = traced_total = 0.0
     for lab in project.labs:
         starter = next(s for s in lab.starters if s.path == lab.preview.starter)
@@ -73,10 +75,10 @@ def main() -> None:
         a, b = statistics.median(plain_times), statistics.median(traced_times)
         plain_total, traced_total = plain_total + a, traced_total + b
         same = traced.returncode == plain.returncode and len(traced.stdout.splitlines()) == len(plain.stdout.splitlines())
-        print(f"{lab.id:38} {a:8.2f} {b:9.2f} {b / a:6.2f} {len(state['lines']):6} {len(json.dumps(state)):8,}  "
+        print(f"{lab.id:38} {a:8.2f} {b:9.2f} {(a + b) / a:6.2f} {len(state['lines']):6} {len(json.dumps(state)):8,}  "
               f"{'yes' if same else 'NO: exit ' + str(traced.returncode)}")
     if plain_total:
-        print(f"{'all':38} {plain_total:8.2f} {traced_total:9.2f} {traced_total / plain_total:6.2f}")
+        print(f"{'all':38} {plain_total:8.2f} {traced_total:9.2f} {(plain_total + traced_total) / plain_total:6.2f}")
 
 
 if __name__ == "__main__":

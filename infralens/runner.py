@@ -205,76 +205,84 @@ CAPTURE_BYTES = 16 << 20
 """Bytes of a run's stdout (and of its stderr) read into memory: the first and last halves of it."""
 
 
+@dataclass(frozen=True)
+class Execution:
+    """How one supervised process of a starter ended."""
+
+    returncode: int | None
+    """None when it was killed at its timeout."""
+    stdout: "Output"
+    stderr: "Output"
+    seconds: float
+
+
+def execute(command: list[str], scratch: str, side: str, timeout: float, running: Running | None, sandbox: Sandbox | None) -> Execution:
+    """Run a starter's command in `scratch` under the supervisor (inside the sandbox, if any), at
+    most `timeout` seconds, and return how it ended with what it printed."""
+    if sandbox is not None:
+        command = sandbox.wrap(command, scratch, str(Path(side, "tmp")))
+    started = time.perf_counter()
+    options = dict(
+        cwd=scratch,
+        env=clean_env(scratch),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group too, the last resort below
+    )
+    supervised = [sys.executable, str(SUPERVISE), *command]
+    process = running.start(supervised, **options) if running is not None else subprocess.Popen(supervised, **options)
+    out, err = Capture(process.stdout, CAPTURE_BYTES), Capture(process.stderr, CAPTURE_BYTES)
+    try:
+        process.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        stop(process)
+        timed_out = True
+    except BaseException:  # Ctrl-C or SIGTERM on check: stop the starter's whole tree at once
+        stop(process)
+        raise
+    finally:
+        kill_group(process)
+        if running is not None:
+            running.remove(process)
+            running.kill_orphans()
+    stdout, stderr = out.finish(), err.finish()
+    return Execution(None if timed_out else process.returncode, stdout, stderr, time.perf_counter() - started)
+
+
 def run_starter(
     lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None, sandbox: Sandbox | None = None, spans: Spans = ()
 ) -> RunResult:
     """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
     every declared artifact written. Artifacts are copied into `keep` when it is given; with a
-    sandbox, the starter runs inside it (see sandbox.py). With `spans`, it runs under the tracer,
-    which records the execution state of those lines (kept only when the run passes).
+    sandbox, the starter runs inside it (see sandbox.py). With `spans`, a starter that passed runs
+    once more under the tracer, which records the execution state of those lines (see `record_state`).
     """
     assert starter.run is not None
     source = (root / starter.path).resolve()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
-    # blocks goes in a folder beside it.
+    # blocks goes in a folder beside it, with the TMPDIR a sandbox gives it.
     with run_folder("infralens-run-") as scratch, run_folder("infralens-blocks-") as side:
-        # The state goes in a folder of the run's own that a sandbox lets it write (bound as its TMPDIR).
-        state_file = Path(side, "tmp", "state.json")
         Path(side, "tmp").mkdir()
-        if spans:  # the tracer runs the starter itself, .py or .md, and writes the state beside it
-            spec: dict = {"ranges": spans, "output": str(state_file)}
-            if source.suffix == ".md":
-                spec["blocks"] = python_blocks(source.read_text(encoding="utf-8"))
-            Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-            command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
-        elif source.suffix == ".md":
+        if source.suffix == ".md":
             blocks = Path(side, "blocks.json")
             blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *starter.run.args]
         else:
             command = [sys.executable, str(source), *starter.run.args]
-        if sandbox is not None:
-            temporary = Path(side, "tmp")
-            command = sandbox.wrap(command, scratch, str(temporary))
-        started = time.perf_counter()
-        options = dict(
-            cwd=scratch,
-            env=clean_env(scratch),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group too, the last resort below
-        )
-        supervised = [sys.executable, str(SUPERVISE), *command]
-        process = running.start(supervised, **options) if running is not None else subprocess.Popen(supervised, **options)
-        out, err = Capture(process.stdout, CAPTURE_BYTES), Capture(process.stderr, CAPTURE_BYTES)
-        try:
-            process.wait(timeout=starter.run.timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            stop(process)
-            timed_out = True
-        except BaseException:  # Ctrl-C or SIGTERM on check: stop the starter's whole tree at once
-            stop(process)
-            raise
-        finally:
-            kill_group(process)
-            if running is not None:
-                running.remove(process)
-                running.kill_orphans()
-        stdout, stderr = out.finish(), err.finish()
-        seconds = time.perf_counter() - started
+        run = execute(command, scratch, side, starter.run.timeout, running, sandbox)
         refused = {name: why for name in starter.run.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
         written = tuple(name for name in starter.run.artifacts if name not in refused and Path(scratch, name).exists())
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
-        state = read_state(state_file) if spans else ""
+    stdout, stderr, seconds, timed_out = run.stdout, run.stderr, run.seconds, run.returncode is None
     text = stdout.text()
     if timed_out:
         status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
-    elif process.returncode != 0:
-        status, reason = "failed", f"exited with status {process.returncode}"
+    elif run.returncode != 0:
+        status, reason = "failed", f"exited with status {run.returncode}"
     else:
         missing, slow = [], []
         for pattern in starter.run.expect:
@@ -297,7 +305,7 @@ def run_starter(
         starter=starter.path,
         status=status,
         seconds=seconds,
-        returncode=None if timed_out else process.returncode,
+        returncode=run.returncode,
         stdout=stdout.stored(KEPT_OUTPUT),
         stderr=stderr.stored(KEPT_OUTPUT),
         reason=reason,
@@ -305,8 +313,29 @@ def run_starter(
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
         traced=spans,
-        state=state if status == "passed" else "",  # a failed run's state would be stale on the page
+        state=record_state(source, starter, spans, running, sandbox) if spans and status == "passed" else "",
     )
+
+
+def record_state(source: Path, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None) -> str:
+    """Run a starter that passed once more, under the tracer, and return the execution state it
+    recorded for `spans` ("" when that run did not exit 0 in time).
+
+    A run of its own, so the run the page shows and checks is never the traced one: tracing slows
+    the lines it watches and keeps their values alive a little longer, which a starter that times
+    a loop or measures peak memory would print.
+    """
+    assert starter.run is not None
+    with run_folder("infralens-trace-") as scratch, run_folder("infralens-blocks-") as side:
+        Path(side, "tmp").mkdir()
+        state_file = Path(side, "tmp", "state.json")  # where a sandbox lets it write (its TMPDIR)
+        spec: dict = {"ranges": spans, "output": str(state_file)}
+        if source.suffix == ".md":
+            spec["blocks"] = python_blocks(source.read_text(encoding="utf-8"))
+        Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+        command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
+        traced = execute(command, scratch, side, starter.run.timeout, running, sandbox)
+        return read_state(state_file) if traced.returncode == 0 else ""
 
 
 MAX_STATE_BYTES = 80 * 1024

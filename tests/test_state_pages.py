@@ -188,3 +188,19 @@ def test_values_a_spawned_rank_recorded_say_which_rank_once_per_table(sample) ->
     both = replace(sample.excerpt.key_blocks[0], last=10)
     table = block_table(page_state(sample.lab, sample.excerpt, run_with(mixed, spans), spans), both)
     assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (in rank 0)"), (10, "out", "total", "524,288"))
+
+
+@pytest.mark.cli
+def test_the_run_the_page_shows_is_never_the_traced_one(sample_site: Path) -> None:
+    """A starter that times a loop or measures a peak would print other figures under the tracer;
+    check records state in a run of its own and keeps the plain run's output."""
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text().replace('    print(f"kv bytes', '    import sys\n    print(f"traced: {sys.gettrace() is not None}")\n    print(f"kv bytes'))
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("expect: ['kv bytes per token: 524,288']", "expect: ['kv bytes per token: 524,288', '^traced: False$']"))
+    checked = run_infralens("check", "lab-01-sample", "--json", str(sample_site / "report.json"), cwd=sample_site)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = (sample_site / LAB_PAGE).read_text()
+    assert "traced: False" in page and "traced: True" not in page
+    assert hints(sample_site / LAB_PAGE) == ["→ 8,192", "→ 524,288"]  # and the traced run recorded the state
