@@ -88,8 +88,9 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JSON to this file.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
 @click.option("--sandbox", is_flag=True, help="Run each starter under bubblewrap: no writes outside its scratch folder, no network (for contributions from strangers; see the README).")
+@click.option("--no-state", is_flag=True, help="Skip the second, traced run that records the excerpt's execution state: faster, and the pages show no state until a check records it.")
 @CACHE_OPTION
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, cache_dir: Path | None) -> None:
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, cache_dir: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     from infralens.models import RunResult
     from infralens.reports import results_json, results_junit
@@ -133,7 +134,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
-        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper())
+        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state)
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)

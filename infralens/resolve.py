@@ -201,8 +201,6 @@ def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
 def trace_spans_of(lab: Lab, text: str) -> tuple[tuple[int, int], ...]:
     """`traced_spans` from the previewed starter's text alone (what `check` needs; no highlighting).
     Empty when the excerpt cannot be cut: the build reports why."""
-    from infralens.models import SourceFile
-
     path = lab.preview.starter
     rows = text.split("\n")
     if rows and rows[-1] == "":

@@ -204,3 +204,14 @@ def test_the_run_the_page_shows_is_never_the_traced_one(sample_site: Path) -> No
     page = (sample_site / LAB_PAGE).read_text()
     assert "traced: False" in page and "traced: True" not in page
     assert hints(sample_site / LAB_PAGE) == ["→ 8,192", "→ 524,288"]  # and the traced run recorded the state
+
+
+@pytest.mark.cli
+def test_no_state_skips_the_traced_run_and_a_later_check_records_it(sample_site: Path) -> None:
+    assert run_infralens("check", "lab-01-sample", "--no-state", cwd=sample_site).returncode == 0
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert hints(sample_site / LAB_PAGE) == []
+    again = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert again.returncode == 0 and "(stored result)" not in again.stdout  # its state was never recorded
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    assert hints(sample_site / LAB_PAGE) == ["→ 8,192", "→ 524,288"]
