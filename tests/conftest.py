@@ -231,6 +231,21 @@ def site_url(real_site: Path):
         yield url
 
 
+AXE = TESTS / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+"""axe-core, installed by scripts/install-browser-deps (npm, pinned in tests/browser/package-lock.json)."""
+
+
+def axe_violations(page) -> list[str]:
+    """Run axe-core on the page as it is now; one line per violation (rule, impact, help, first targets)."""
+    assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} — {[node['target'] for node in v['nodes']][:5]}"
+        for v in result["violations"]
+    ]
+
+
 class Tab:
     """A browser tab that records console errors, page errors and requests that leave the site."""
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, axe_violations
 from infralens.build import load_project
 from infralens.models import SECTIONS
 from infralens.build import resolve
@@ -204,24 +204,16 @@ def test_no_page_logs_a_console_error_or_fetches_off_site(open_tab, real_site: P
     assert tab.external == []
 
 
-AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("path", ["index.html", LAB_PAGE, f"{LAB.excerpt.starter}.html", "labs/lab-10-memory-optimization-reading/index.html"])
 def test_axe_core_finds_no_violations(open_tab, path: str, scheme: str) -> None:
-    assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
     tab = open_tab(scheme=scheme)
     page = tab.goto(path)
     if path == LAB_PAGE:  # with the note panel open and a selection, as a reader sees it
         page.click(f"#kb-{LAB.excerpt.key_blocks[0].slug} .kb-link")
-    page.add_script_tag(path=str(AXE))
-    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-    problems = [
-        f"{v['id']} ({v['impact']}): {v['help']} — {[node['target'] for node in v['nodes']][:5]}"
-        for v in result["violations"]
-    ]
-    assert problems == []
+    assert axe_violations(page) == []
     assert tab.errors == []
 
 

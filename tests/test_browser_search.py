@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Tab
+from conftest import AXE, REPO, Tab
 from infralens.build import load_project
 
 PROJECT = load_project(REPO / "site.yml")
 IDENTIFIER = "requests_that_fit"
 STARTER = "code/lab-13-paged-kv-cache/paged_kv_cache.py"
 LAB = "lab-13-paged-kv-cache"
-AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 BOX = "header.topbar .site-search"
 INPUT = "#site-search-input"
 

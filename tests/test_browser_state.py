@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from conftest import REPO, run_infralens, served, tabs_on
+from conftest import REPO, axe_violations, run_infralens, served, tabs_on
 from infralens.build import load_project, resolve
 
 pytestmark = pytest.mark.browser
@@ -26,7 +26,6 @@ RESOLVED = {r.lab.id: r for r in resolve(load_project(REPO / "site.yml")) if r.l
 MEMORY_PAGE = f"labs/{MEMORY}/index.html"
 STEPPED_PAGE = f"labs/{STEPPED}/index.html"
 MEMORY_STARTER = RESOLVED[MEMORY].excerpt.starter
-AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 def line_of(starter: str, start: str) -> int:
@@ -319,7 +318,6 @@ def test_a_keyboard_alone_selects_a_note_and_steps_through_its_calls(state_tab, 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("lab", [MEMORY, STEPPED])
 def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state_site: Path, lab: str, scheme: str) -> None:
-    assert AXE.is_file(), "axe-core is missing: run scripts/install-browser-deps"
     data = recorded(state_site, lab)
     block = stepped_call(data)[0] if lab == STEPPED else next(b for b in RESOLVED[lab].excerpt.key_blocks if b.slug == "exact_parameter_count")
     tab = state_tab(scheme=scheme)
@@ -329,13 +327,7 @@ def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state
     if lab == STEPPED:  # with the step bar past its first call
         page.click(".st-next")
         expect(page.locator(".st-prev")).to_be_enabled()
-    page.add_script_tag(path=str(AXE))
-    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-    problems = [
-        f"{v['id']} ({v['impact']}): {v['help']} — {[node['target'] for node in v['nodes']][:5]}"
-        for v in result["violations"]
-    ]
-    assert problems == []
+    assert axe_violations(page) == []
     assert tab.errors == []
 
 

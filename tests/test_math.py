@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_infralens
+from conftest import AXE, REPO, run_infralens
 from infralens.claims import figure_line, stated_figures
 from infralens.errors import InputError
 from infralens.build import load_project
@@ -269,7 +269,6 @@ def test_the_built_page_carries_mathml(sample_site: Path) -> None:
     assert "not with $5 or $6 of budget." in html.unescape(page)
 
 
-AXE = REPO / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.mark.parametrize("width", [1280, 375])
