@@ -110,3 +110,15 @@ def test_labs_07_and_17_count_llama_2_7b_alike(labs) -> None:
     assert labs["17"].LLAMA_2_7B.params == params == 6_738_415_616
     layers, kv_heads, head_dim = labs["07"].REFERENCE_MODELS["Llama-2-7B"]
     assert labs["07"].kv_bytes_per_token(layers, kv_heads, head_dim, 2) == labs["17"].LLAMA_2_7B.kv_bytes_per_token() == 524_288
+
+
+@pytest.mark.unit
+def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
+    """Issue 14: every lab's excerpt shows what its lines held in the checked run. A lab that
+    opts out (state: false) must be argued for here, not slip through."""
+    from infralens.build import load_project
+    from infralens.runner import lab_spans
+
+    project = load_project(REPO / "site.yml")
+    untraced = [lab.id for lab in project.labs if not lab_spans(lab, REPO)]
+    assert untraced == []
