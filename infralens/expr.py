@@ -5,7 +5,7 @@ Pure. An expression is parsed with Python's own parser and then walked against a
 numbers, the names it is given, `+ - * / // % **`, unary minus, comparisons, `and`/`or`/`not`
 between comparisons, `a if cond else b`, and the functions in FUNCTIONS. Nothing is ever eval'd.
 Evaluation follows Python's rules (`//` floors, `%` takes the divisor's sign), which the compiled
-JavaScript reproduces with the helpers of RUNTIME. Both refuse what a page must never show:
+JavaScript reproduces with the helpers of templates/static/calculator.js. Both refuse what a page must never show:
 division by zero, a result that is not a finite number, a power too large to compute. An integer
 beyond 2**53 becomes the nearest float in both, as a browser's numbers are: integers below it are
 exact in both, larger values and fractions agree to the last bit for + - * and within a stated
@@ -246,47 +246,13 @@ def call(name: str, args: list[Number], at: int = 0) -> Number:
 
 # ---------------------------------------------------------------- JavaScript
 
-RUNTIME = """\
-const X = (() => {
-  const fail = (message) => { throw new Error(message); };
-  const num = (v) => {
-    if (typeof v !== "number" || !Number.isFinite(v)) fail("the result is not a finite number");
-    return v;
-  };
-  const nonzero = (b) => (b === 0 ? fail("division by zero") : b);
-  return {
-    num,
-    add: (a, b) => num(a + b), sub: (a, b) => num(a - b), mul: (a, b) => num(a * b),
-    div: (a, b) => num(a / nonzero(b)),
-    floordiv: (a, b) => num(Math.floor(a / nonzero(b))),
-    mod: (a, b) => { nonzero(b); const r = a % b; return num(r !== 0 && (r < 0) !== (b < 0) ? r + b : r); },
-    pow: (a, b) => {
-      if (a === 0 && b < 0) fail("zero to a negative power");
-      if (a < 0 && !Number.isInteger(b)) fail("a negative number to a fractional power");
-      if (Math.abs(a) > 1 && b * Math.log2(Math.abs(a)) > 1024) fail("a power too large to compute");
-      const whole = Number.isInteger(a) && Number.isInteger(b) && b >= 0;
-      if (!whole || b * Math.log2(Math.max(Math.abs(a), 1)) >= 53) return num(a ** b);
-      let result = 1;  // a whole power below 2**53: multiplied out, exact, as Python's
-      for (let i = 0; i < b && Math.abs(a) > 1; i++) result *= a;
-      return num(Math.abs(a) > 1 ? result : a === 0 ? (b === 0 ? 1 : 0) : a === 1 ? 1 : b % 2 ? -1 : 1);
-    },
-    min: (...v) => num(Math.min(...v)), max: (...v) => num(Math.max(...v)),
-    ceil: (a) => num(Math.ceil(a)), floor: (a) => num(Math.floor(a)), abs: (a) => num(Math.abs(a)),
-    sqrt: (a) => (a < 0 ? fail("the square root of a negative number") : num(Math.sqrt(a))),
-    log2: (a) => (a <= 0 ? fail("the logarithm of a number that is not positive") : num(Math.log2(a))),
-  };
-})();
-"""
-"""The helpers compiled expressions call (as `X.add(a, b)` …): Python's arithmetic rules and the
-same refusals as `evaluate`, so a page shows an error where the build would have raised one."""
-
 _JS_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 _JS_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "===", "!=": "!=="}
 
 
 def to_js(expr: Expr, scope: str = "v") -> str:
     """Compile a checked expression to one JavaScript expression over `scope` (an object holding
-    the input values by name), using the helpers of RUNTIME."""
+    the input values by name), using the helpers of templates/static/calculator.js."""
     return f"X.num({_js(expr.tree, scope)})"
 
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralens.expr import RUNTIME, ExprError, evaluate, parse_expr, to_js
+from conftest import REPO
+from infralens.expr import ExprError, evaluate, parse_expr, to_js
 
 NAMES = frozenset({"layers", "kv_heads", "head_dim", "bytes", "batch", "seq"})
 KV = "2 * layers * kv_heads * head_dim * bytes"
@@ -141,7 +142,7 @@ def js_page(chromium):
     context = chromium.new_context()
     page = context.new_page()
     page.set_content("<!doctype html><title>expr</title>")
-    page.add_script_tag(content=RUNTIME + "window.X = X;")
+    page.add_script_tag(content=(REPO / "templates/static/calculator.js").read_text() + "window.X = X;")
     yield page
     context.close()
 
