@@ -201,11 +201,9 @@ def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
 def trace_spans_of(lab: Lab, text: str) -> tuple[tuple[int, int], ...]:
     """`traced_spans` from the previewed starter's text alone (what `check` needs; no highlighting).
     Empty when the excerpt cannot be cut: the build reports why."""
-    path = lab.preview.starter
-    rows = text.split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
-    source = SourceFile(path, text, tuple(SourceLine(n, row, "") for n, row in enumerate(rows, start=1)), "text")
+    from infralens.highlight import source_file
+
+    source = source_file(lab.preview.starter, text, ((), "text"))  # the lines alone, not highlighted
     problems = Problems()
     excerpt = resolve_excerpt(lab, source, problems)
     if excerpt is None or problems:

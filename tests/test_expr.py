@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -177,4 +176,3 @@ def test_python_and_javascript_agree_on_any_inputs_even_errors(js_page, text: st
 def test_the_compiled_javascript_reads_only_its_scope_and_the_runtime() -> None:
     source = to_js(parse_expr("min(seq, 2) if batch > 1 else -seq // 3", NAMES))
     assert source == "X.num(((v['batch'] > 1) ? X.min(v['seq'], 2) : X.floordiv((-v['seq']), 3)))"
-    assert json.dumps(source)  # plain text, safe to embed in a script
