@@ -276,3 +276,97 @@ def _js(node: ast.AST, scope: str) -> str:
     if isinstance(node, ast.Call):
         return f"X.{node.func.id}(" + ", ".join(_js(arg, scope) for arg in node.args) + ")"
     raise AssertionError(f"unchecked node {ast.dump(node)}")
+
+
+# ---------------------------------------------------------------- mirrors
+
+
+def parse_call(text: str, names: frozenset[str] | set[str]) -> dict:
+    """Check a `mirrors` call and return it as a request of the parity probe (infralens/probe.py).
+
+    A call of a starter's function or class (a dotted name), whose arguments are the given names
+    (sent as `{"input": name}`; `name.name` sends a choice's name, `{"input": name, "name": true}`),
+    numbers, strings, booleans, None, lists of these, or calls;
+    then `.attribute` and `[index]` steps into what it returns, kept as "path". Raise ExprError.
+    """
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"a call is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
+    source = text.strip()
+    lead = len(text) - len(text.lstrip())
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError as exc:
+        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)
+        raise ExprError(f"not a call: {exc.msg}", lead + min(at, len(source))) from None
+    except (ValueError, MemoryError, RecursionError):
+        raise ExprError("not a call: too deeply nested", lead) from None
+    if len(list(ast.walk(tree))) > MAX_NODES:
+        raise ExprError(f"a call has at most {MAX_NODES} parts")
+    path: list[str | int] = []
+    while isinstance(tree, (ast.Attribute, ast.Subscript)):
+        if isinstance(tree, ast.Attribute):
+            path.append(tree.attr)
+        elif isinstance(tree.slice, ast.Constant) and type(tree.slice.value) in (int, str):
+            path.append(tree.slice.value)
+        else:
+            raise ExprError("an index must be a whole number or a quoted key", _at(tree.slice, lead))
+        tree = tree.value
+    if not isinstance(tree, ast.Call):
+        raise ExprError("expected a call of a function of the starter, such as `kv_bytes(layers=layers)`", _at(tree, lead))
+    request = _request(tree, frozenset(names), lead)
+    if path:
+        request["path"] = path[::-1]
+    return request
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def _request(node: ast.Call, names: frozenset[str], lead: int) -> dict:
+    function = _dotted(node.func)
+    if function is None:
+        raise ExprError("call a function by its name (or dotted name), such as `estimate_memory`", _at(node.func, lead))
+    if function in names:
+        raise ExprError(f"{function!r} is an input, not a function of the starter", _at(node.func, lead))
+    args = []
+    for arg in node.args:
+        if isinstance(arg, ast.Starred):
+            raise ExprError("pass arguments one by one, not with *", _at(arg, lead))
+        args.append(_argument(arg, names, lead))
+    kwargs = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            raise ExprError("pass arguments one by one, not with **", _at(keyword.value, lead))
+        kwargs[keyword.arg] = _argument(keyword.value, names, lead)
+    return {"call": function, "args": args, "kwargs": kwargs}
+
+
+def _argument(node: ast.AST, names: frozenset[str], lead: int):
+    if isinstance(node, ast.Name):
+        if node.id in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[node.id]
+        if node.id not in names:
+            from infralens.schema import did_you_mean
+
+            hint = did_you_mean(node.id, names) or f" (inputs: {', '.join(sorted(names)) or 'none'})"
+            raise ExprError(f"unknown input {node.id!r}{hint}", _at(node, lead))
+        return {"input": node.id}
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names and node.attr == "name":
+        return {"input": node.value.id, "name": True}  # a choice input's name, where its number is not what the starter takes
+    if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (bool, int, float, str)):
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise ExprError("only finite numbers may be written", _at(node, lead))
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        return -node.operand.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_argument(item, names, lead) for item in node.elts]
+    if isinstance(node, ast.Call):
+        return _request(node, names, lead)
+    raise ExprError(f"an argument is an input, a number, a quoted text, a list or a call, not {ast.unparse(node)!r}", _at(node, lead))

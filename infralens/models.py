@@ -26,15 +26,20 @@ from infralens.schema import (
     Integer,
     ListOf,
     Literal,
+    MappingOf,
     Number,
     Prose,
     Record,
     Regex,
+    Source,
     Text,
     Spec,
     Url,
+    Value,
+    Written,
     declared,
     describe,
+    did_you_mean,
     scalar_value,
     derived,
     parse_range,
@@ -311,6 +316,236 @@ class KeyBlockSpec:
     ), indexed=False)
 
 
+# ---------------------------------------------------------------- calculators
+
+IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent")
+"""How an output's value is shown: as it is (3 significant digits), whole with separators, bytes
+scaled by 1000 (KB, MB, GB) or 1024 (KiB, MiB, GiB), any unit scaled by 1000 (k, M, G, T: FLOP/s),
+a ratio (4.2x) or a fraction as a percentage."""
+DEFAULT_TOLERANCE = 1e-9
+"""Relative gap allowed between an output and the starter's value when either is not whole."""
+
+Numeric = int | float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalcInput:
+    """A value the reader sets: a number within bounds, or one of named choices."""
+
+    name: str = declared(Text("The name expressions and `mirrors` read, e.g. `kv_heads`.", IDENTIFIER, "an identifier like 'kv_heads'"), required=True)
+    label: str = declared(Text("The field's label, e.g. 'KV heads'."), required=True)
+    unit: str | None = declared(Text("What the value counts, shown after it and in the arithmetic, e.g. 'layers' or 'B'."))
+    default: Numeric | str = declared(Value("The value the calculator opens with: a number, or a choice's name.", text=True), required=True)
+    min: Numeric | None = declared(Value("Smallest value accepted."))
+    max: Numeric | None = declared(Value("Largest value accepted."))
+    choices: tuple[tuple[str, Numeric, Mark], ...] | None = declared(MappingOf(
+        Value(), "Named values to pick from, e.g. `{bf16: 2, fp32: 4}`: expressions and `mirrors` read the number; `mirrors` passes the name where it writes `NAME.name`.",
+        min_items=2,
+    ))
+    whole: bool = derived("Whether only whole numbers are accepted: the default and bounds are all integers.")
+    mark: Mark = derived("Where the input is declared.")
+
+    def number(self, value: Numeric | str) -> Numeric:
+        """The number expressions read for a value of this input (a choice's number for its name)."""
+        if self.choices is None:
+            assert not isinstance(value, str)
+            return value
+        return next(number for name, number, _ in self.choices if name == value)
+
+    def refuse(self, value) -> str | None:
+        """Why a value cannot be this input's, or None."""
+        if self.choices is not None:
+            names = [name for name, _, _ in self.choices]
+            return None if value in names else f"{self.name} must be one of: {', '.join(names)}; got {value!r}"
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"{self.name} must be a number, got {value!r}"
+        if self.whole and not float(value).is_integer():
+            return f"{self.name} must be a whole number, got {value!r}"
+        if self.min is not None and value < self.min:
+            return f"{self.name} must be at least {self.min:,}, got {value:,}"
+        if self.max is not None and value > self.max:
+            return f"{self.name} must be at most {self.max:,}, got {value:,}"
+        return None
+
+
+def _calc_input(f: Fields, ctx: Context) -> dict:
+    v = f.values
+    if v["choices"] is not None:
+        extra = [key for key in ("min", "max") if key in f.nodes]
+        if extra:
+            return ctx.error(f.nodes[extra[0]], f"input {v['name']!r} has choices, so it takes no {extra[0]}")
+    elif isinstance(v["default"], str):
+        return ctx.error(f.nodes["default"], f"input {v['name']!r} has no choices, so its default must be a number, got {v['default']!r}")
+    if v["min"] is not None and v["max"] is not None and v["min"] > v["max"]:
+        return ctx.error(f.nodes["max"], f"max ({v['max']}) is below min ({v['min']})")
+    whole = v["choices"] is None and all(isinstance(v[k], int) for k in ("default", "min", "max") if v[k] is not None)
+    made = CalcInput(**v, whole=whole, mark=f.mark)
+    problem = made.refuse(v["default"])
+    if problem:
+        return ctx.error(f.nodes["default"], f"default: {problem}")
+    return {"whole": whole, "mark": f.mark}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalcOutput:
+    """A result the calculator shows, and the starter's value it must equal."""
+
+    name: str = declared(Text("The result's name; later outputs' expressions may read it.", IDENTIFIER, "an identifier like 'kv_bytes'"), required=True)
+    label: str = declared(Text("What the result is, e.g. 'KV cache per token'."), required=True)
+    expr: Written = declared(Source(
+        "An expression over the inputs and earlier outputs: numbers, `+ - * / // % **`, parentheses, "
+        "`min max ceil floor abs sqrt log2`, and `a if condition else b`. Never eval'd.", numbers=True,
+    ), required=True)
+    mirrors: Written = declared(Source(
+        "The starter's value this output must equal at the defaults and every preset: a call of a "
+        "function (or class) of the starter whose arguments are inputs, numbers, text or other calls, "
+        "optionally followed by `.attribute` or `[index]` steps, e.g. "
+        "`estimate_memory(Config(num_layers=layers)).kv_cache_bytes`."
+    ), required=True)
+    unit: str | None = declared(Text("Text after the value, e.g. 'per token' (bytes formats write their own B)."))
+    format: str = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
+    tolerance: Numeric = declared(Value(f"Relative gap allowed from the starter's value when either is not a whole number (default {DEFAULT_TOLERANCE:g})."), default=DEFAULT_TOLERANCE)
+    mark: Mark = derived("Where the output is declared.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresetTable:
+    """Presets read from a table the starter defines, one per entry."""
+
+    table: str = declared(Text("A module-level mapping of the starter, e.g. `REFERENCE_MODELS`: each key a preset's label.", IDENTIFIER, "a name like 'REFERENCE_MODELS'"), required=True, key="from")
+    fields: tuple[str, ...] = declared(ListOf(
+        Text(pattern=IDENTIFIER, pattern_hint="an input's name"),
+        "The inputs an entry sets: in order when entries are lists or tuples, by name when they are mappings or dataclasses.",
+        min_items=1,
+    ), required=True)
+    mark: Mark = derived("Where `from` is written.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """A named set of input values."""
+
+    label: str = declared(Text("The preset's name, e.g. 'Llama-3-8B'."), required=True)
+    values: tuple[tuple[str, Numeric | str, Mark], ...] = declared(
+        MappingOf(Value(text=True), "Input name → value; inputs left out keep their defaults.", min_items=1, key_pattern=IDENTIFIER, key_hint="an input's name"),
+        required=True,
+    )
+    mark: Mark = derived("Where the preset is declared.")
+
+
+def named_inputs(request) -> list[str]:
+    """The inputs a `mirrors` request passes by their choice's name (`precision.name`)."""
+    if isinstance(request, list):
+        return [name for item in request for name in named_inputs(item)]
+    if not isinstance(request, dict):
+        return []
+    if "input" in request:
+        return [request["input"]] if request.get("name") else []
+    return named_inputs(request["args"]) + named_inputs(list(request["kwargs"].values()))
+
+
+def _calculator(f: Fields, ctx: Context) -> dict:
+    """Check what one calculator's parts say of each other: names, expressions, calls, presets.
+
+    The expressions are evaluated at the defaults and at each listed preset, so one that divides by
+    zero there is an error at its manifest line, not a message on the page.
+    """
+    from infralens.expr import FUNCTIONS, ExprError, evaluate, parse_call, parse_expr
+
+    inputs, outputs, presets = f.values["inputs"], f.values["outputs"], f.values["presets"]
+    ok = True
+
+    def refuse(mark: Mark, message: str) -> None:
+        nonlocal ok
+        ctx.problems.add(mark, message)
+        ok = False
+
+    seen: dict[str, Mark] = {}
+    for name, mark in [(i.name, i.mark) for i in inputs] + [(o.name, o.mark) for o in outputs]:
+        if name in seen:
+            refuse(mark, f"{name!r} is already the name of an input or output (line {seen[name].line})")
+        elif name in FUNCTIONS:
+            refuse(mark, f"{name!r} is a function of expressions; name it otherwise")
+        seen.setdefault(name, mark)
+    by_name = {i.name: i for i in inputs}
+    readable = set(by_name)
+    parsed = {}
+    for output in outputs:
+        try:
+            parsed[output.name] = parse_expr(output.expr.text, readable)
+        except ExprError as exc:
+            refuse(output.expr.at(exc.offset), f"expr: {exc.message}")
+        try:
+            request = parse_call(output.mirrors.text, set(by_name))
+        except ExprError as exc:
+            refuse(output.mirrors.at(exc.offset), f"mirrors: {exc.message}")
+        else:
+            for name in named_inputs(request):
+                if by_name[name].choices is None:
+                    refuse(output.mirrors.mark, f"mirrors: {name}.name: only an input with choices has a name; {name!r} is a number")
+        readable.add(output.name)
+    cases = [("the defaults", {i.name: i.default for i in inputs})]
+    if isinstance(presets, PresetTable):
+        for name in presets.fields:
+            if name not in by_name:
+                hint = did_you_mean(name, by_name) or f" (inputs: {', '.join(by_name)})"
+                refuse(presets.mark, f"fields: {name!r} is not an input{hint}")
+        if len(set(presets.fields)) != len(presets.fields):
+            refuse(presets.mark, "fields: an input is listed twice")
+    else:
+        labels: set[str] = set()
+        for preset in presets:
+            if preset.label in labels:
+                refuse(preset.mark, f"duplicate preset {preset.label!r}")
+            labels.add(preset.label)
+            values = {i.name: i.default for i in inputs}
+            for name, value, mark in preset.values:
+                if name not in by_name:
+                    refuse(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
+                elif problem := by_name[name].refuse(value):
+                    refuse(mark, f"preset {preset.label!r}: {problem}")
+                values[name] = value
+            cases.append((f"preset {preset.label!r}", values))
+    if not ok:
+        return INVALID
+    for where, values in cases:
+        numbers = {name: by_name[name].number(value) for name, value in values.items()}
+        for output in outputs:
+            try:
+                numbers[output.name] = evaluate(parsed[output.name], numbers)
+            except ExprError as exc:
+                refuse(output.expr.at(exc.offset), f"expr: at {where}: {exc.message}")
+                break
+    return {"mark": f.mark} if ok else INVALID
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calculator:
+    """A "Try it" block: inputs, presets and outputs, each output proven equal to the starter's value."""
+
+    id: str = declared(Text("Identifier in the page's address (`#calc-ID`).", ID_PATTERN, "a lowercase id like 'kv-cache'"), required=True)
+    title: str = declared(Text("Heading of the block, e.g. 'KV cache of a published model'."), required=True)
+    intro: str | None = declared(Prose("A sentence above the fields. " + MARKDOWN))
+    after: str | None = declared(Text("The key block (its name) whose note the block follows; default: after the last note."))
+    starter: str | None = declared(Text("The starter whose values it mirrors (default: the previewed one)."))
+    inputs: tuple[CalcInput, ...] = declared(ListOf(record(CalcInput, "input", finish=_calc_input), "The values a reader sets.", min_items=1), required=True)
+    presets: PresetTable | tuple[Preset, ...] = declared(
+        Either(
+            mapping=record(PresetTable, "preset table", finish=lambda f, ctx: {"mark": f.marks["from"]}),
+            sequence=ListOf(record(Preset, "preset", finish=lambda f, ctx: {"mark": f.mark}), min_items=1),
+            expected="a {from, fields} mapping or a list of presets",
+            doc="Named input sets: read from a table of the starter (`from`, `fields`), or listed.",
+        ),
+        default=(),
+    )
+    outputs: tuple[CalcOutput, ...] = declared(ListOf(record(CalcOutput, "output", finish=lambda f, ctx: {"mark": f.mark}), "The results, in order.", min_items=1), required=True)
+    mark: Mark = derived("Where the calculator is declared.")
+
+    def input(self, name: str) -> CalcInput:
+        return next(i for i in self.inputs if i.name == name)
+
+
 @dataclass(frozen=True)
 class Intuition:
     """An intuition bullet with a labelled link."""
@@ -390,6 +625,10 @@ class Lab:
     )
     titles: tuple[tuple[str, str], ...] = declared(TITLES, default=())
     """Section id → title overrides."""
+    calculators: tuple[Calculator, ...] = declared(
+        ListOf(record(Calculator, "calculator", finish=_calculator), "\"Try it\" blocks whose results the starter's own functions confirm (see `infralens check`)."),
+        default=(), indexed=False,
+    )
     id: str = derived("The lab id: the manifest's file stem.")
     path: str = derived("The manifest, relative to the site root.")
     number_mark: Mark = derived("Where the manifest writes its number.")
@@ -402,6 +641,11 @@ class Lab:
 
     def section_title(self, section: str) -> str:
         return next(title for sid, _, title in self.sections() if sid == section)
+
+
+def mirrored_starter(lab: Lab, calc: Calculator) -> str:
+    """The starter a calculator's outputs must agree with: its own, or the previewed one."""
+    return calc.starter or lab.preview.starter
 
 
 @dataclass(frozen=True)
@@ -517,6 +761,10 @@ class RunResult:
     """The line spans whose execution state the run recorded (none when it recorded none)."""
     state: str = ""
     """The recorded execution state, as trace_state.py wrote it (JSON), when the run passed."""
+    probed: str = ""
+    """The digest of the calculators' request the parity probe answered (see calculators.py)."""
+    answers: str = ""
+    """The probe's answers (JSON), when the run passed and the lab has calculators mirroring it."""
 
     @property
     def passed(self) -> bool:

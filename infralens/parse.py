@@ -9,8 +9,8 @@ from __future__ import annotations
 
 
 from infralens.errors import Problems
-from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track
-from infralens.schema import INVALID, Context, Fields, Record, compose, record
+from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track, mirrored_starter
+from infralens.schema import INVALID, Context, Fields, Record, compose, did_you_mean, record
 
 
 def _lab(f: Fields, ctx: Context) -> dict:
@@ -77,6 +77,19 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
         if block.name in seen:
             ctx.problems.add(block.mark, f"duplicate key block name {block.name!r}")
         seen[block.name] = block
+    calculators: set[str] = set()
+    for calc in lab.calculators:
+        if calc.id in calculators:
+            ctx.problems.add(calc.mark, f"duplicate calculator id {calc.id!r}")
+        calculators.add(calc.id)
+        if calc.after is not None and calc.after not in seen:
+            ctx.problems.add(calc.mark, f"calculator {calc.id!r}: after: {calc.after!r} is not a key block's name{did_you_mean(calc.after, seen)}")
+        path = mirrored_starter(lab, calc)
+        starter = paths.get(path)
+        if starter is None:
+            ctx.problems.add(calc.mark, f"calculator {calc.id!r}: starter {path!r} is not one of the lab's starters")
+        elif not path.endswith(".py") or starter.run is None:
+            ctx.problems.add(calc.mark, f"calculator {calc.id!r}: its values come from a Python starter that runs, and {path!r} is not one")
 
 
 def json_schemas() -> dict[str, dict]:
@@ -128,7 +141,7 @@ def reference_markdown() -> str:
             nested += [option["items"] for option in field_schema.get("anyOf", []) if "items" in option]
             for candidate in nested:
                 for option in [candidate] + candidate.get("anyOf", []):
-                    if option.get("type") == "object" and option.get("description") and option["description"] not in seen:
+                    if option.get("type") == "object" and "properties" in option and option.get("description") and option["description"] not in seen:
                         seen.add(option["description"])
                         sections.append((f"`{key}` entries", option))
             description = field_schema.get("description", "").replace("|", "\\|").replace("\n", " ")

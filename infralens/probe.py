@@ -8,6 +8,12 @@ as JSON, to SPEC's "output":
   the function (a dotted path from the module's globals) called with the arguments, where an
   argument is a number, a string, or itself a {"call": ...}; then each attribute or key of
   "attrs" read from what it returned (all of it when "attrs" is absent).
+- "calculators": {"id": {"defaults": {...}, "choices": {input: {name: number}}, "presets": [{"label",
+  "values"}], "table": {"name", "fields"} or null, "mirrors": {output: request}}}: each output's
+  request answered at the defaults and at each preset, a preset table's entries read first. In a
+  request, {"input": name} stands for the case's number of that input ({"input": name, "name":
+  true} for its choice's name), and "path" lists the attribute, key or index steps into the result.
+  Each case comes back with its label, its values (a choice input by its name) and its answers.
 Each answer is {"value": ...} or {"error": "TypeError: ..."}: one bad request does not hide the
 others. Values are plain data: numbers, strings, lists, string-keyed dicts, dataclasses as their
 fields, one-element tensors and NumPy scalars as numbers; anything else is an error naming its type.
@@ -79,6 +85,8 @@ def argument(namespace: dict, given):
     """An argument as the starter receives it: a {"call": ...} is made first."""
     if isinstance(given, dict) and "call" in given:
         return invoke(namespace, given)
+    if isinstance(given, dict) and "input" in given:
+        raise Unanswerable(f"input {given['input']!r} has no value here")
     if isinstance(given, list):
         return [argument(namespace, item) for item in given]
     return given
@@ -103,14 +111,85 @@ def read(value, name: str):
         raise Unanswerable(f"the result ({type(value).__qualname__}) has no {name!r}") from None
 
 
+def step(value, key):
+    """One step of a request's "path": an index of a sequence, else a key or an attribute."""
+    if isinstance(key, int) and not isinstance(value, dict):
+        try:
+            return value[key]
+        except (IndexError, TypeError, KeyError):
+            raise Unanswerable(f"the result ({type(value).__qualname__}) has no item [{key}]") from None
+    return read(value, key)
+
+
 def answer(namespace: dict, request: dict) -> dict:
     try:
         result = invoke(namespace, request)
+        for key in request.get("path", []):
+            result = step(result, key)
         if "attrs" in request:
             return {"value": {name: plain(read(result, name)) for name in request["attrs"]}}
         return {"value": plain(result)}
     except Exception as error:  # the starter's own exceptions too: each answer stands alone
         return {"error": f"{type(error).__name__}: {error}"}
+
+
+def fill(request, numbers: dict, names: dict):
+    """A request with each {"input": name} replaced by the case's value."""
+    if isinstance(request, list):
+        return [fill(item, numbers, names) for item in request]
+    if not isinstance(request, dict):
+        return request
+    if "input" in request:
+        return names[request["input"]] if request.get("name") else numbers[request["input"]]
+    filled = {**request, "args": fill(request.get("args", []), numbers, names)}
+    filled["kwargs"] = {key: fill(item, numbers, names) for key, item in request.get("kwargs", {}).items()}
+    return filled
+
+
+def table_cases(namespace: dict, table: dict, choices: dict) -> list[tuple[str, dict]]:
+    """The presets a table of the starter holds: (its key, the values its entry gives the fields)."""
+    rows = resolve(namespace, table["name"])
+    if not isinstance(rows, dict) or not rows:
+        raise Unanswerable(f"{table['name']!r} is not a mapping of presets ({type(rows).__qualname__})")
+    fields = table["fields"]
+    cases = []
+    for label, entry in rows.items():
+        entry = plain(entry)
+        if isinstance(entry, list):
+            if len(entry) != len(fields):
+                raise Unanswerable(f"entry {label!r} holds {len(entry)} values for {len(fields)} fields")
+            values = dict(zip(fields, entry))
+        elif isinstance(entry, dict):
+            missing = [name for name in fields if name not in entry]
+            if missing:
+                raise Unanswerable(f"entry {label!r} has no {missing[0]!r}")
+            values = {name: entry[name] for name in fields}
+        else:
+            raise Unanswerable(f"entry {label!r} is a {type(entry).__name__}, not a list or a mapping")
+        for name, value in values.items():
+            if name in choices and not isinstance(value, str):  # a choice given by its number
+                values[name] = next((key for key, number in choices[name].items() if number == value), value)
+        cases.append((str(label), values))
+    return cases
+
+
+def calculator(namespace: dict, spec: dict) -> dict:
+    """Answer one calculator's mirrors at its defaults and at each of its presets."""
+    choices = spec.get("choices", {})
+    cases = [("defaults", {})] + [(preset["label"], preset["values"]) for preset in spec.get("presets", [])]
+    if spec.get("table"):
+        try:
+            cases += table_cases(namespace, spec["table"], choices)
+        except Exception as error:
+            return {"error": f"{type(error).__name__}: {error}", "cases": []}
+    answered = []
+    for label, given in cases:
+        values = {**spec["defaults"], **given}
+        names = {name: value for name, value in values.items() if name in choices}
+        numbers = {name: choices[name].get(value, value) if name in choices else value for name, value in values.items()}
+        answers = {output: answer(namespace, fill(request, numbers, names)) for output, request in spec["mirrors"].items()}
+        answered.append({"label": label, "values": values, "answers": answers})
+    return {"cases": answered}
 
 
 def main() -> None:
@@ -127,8 +206,9 @@ def main() -> None:
         except Exception as error:
             tables[name] = {"error": f"{type(error).__name__}: {error}"}
     calls = {key: answer(namespace, request) for key, request in spec.get("calls", {}).items()}
+    calculators = {key: calculator(namespace, item) for key, item in spec.get("calculators", {}).items()}
     with open(spec["output"], "w", encoding="utf-8") as handle:
-        json.dump({"version": 1, "tables": tables, "calls": calls}, handle)
+        json.dump({"version": 1, "tables": tables, "calls": calls, "calculators": calculators}, handle)
 
 
 if __name__ == "__main__":

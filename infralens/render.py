@@ -21,6 +21,7 @@ from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
+from infralens.calculators import CALCULATORS_FILE, CalcView, calculator_view, calculators_script, check_lab_calculators
 
 
 @dataclass(frozen=True)
@@ -160,16 +161,23 @@ class Renderer:
         lab = resolved.lab
         excerpt = resolved.excerpt
         state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
-        pages = [self.render_lab(site, resolved, runs, nav, state)]
+        checked, problems = check_lab_calculators(lab, runs)
+        if problems:  # a calculator that disagrees with its starter's checked values is not published
+            raise InputError(problems)
+        calculators = tuple(calculator_view(one) for one in checked)
+        folder = PurePosixPath(lab_url(lab.id)).parent
+        pages = [self.render_lab(site, resolved, runs, nav, state, calculators)]
         if state is not None:
-            pages.append(Page(f"{PurePosixPath(lab_url(lab.id)).parent}/{STATE_FILE}", state_script(state)))
+            pages.append(Page(f"{folder}/{STATE_FILE}", state_script(state)))
+        if checked:
+            pages.append(Page(f"{folder}/{CALCULATORS_FILE}", calculators_script(checked)))
         bindings = tuple(Binding(lab, block) for block in excerpt.key_blocks)
         for starter in lab.starters:
             previewed = starter.path == excerpt.starter
             pages.append(self.render_source(site, lab, starter, sources[starter.path], bindings if previewed else (), state if previewed else None))
         return pages
 
-    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None) -> Page:
+    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
@@ -184,6 +192,8 @@ class Renderer:
             state=state,
             state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
             state_file=STATE_FILE,
+            calculators=calculators,
+            calculators_file=CALCULATORS_FILE,
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from infralens.errors import Mark
 from infralens.models import RunResult, Starter
+from infralens.workspace import atomic_write
 
 _FORMAT = "infralens-run-2"
 
@@ -113,6 +114,12 @@ class ResultStore:
             staging.rename(target)
         except OSError:  # another check stored this very run a moment ago: keep that one
             shutil.rmtree(staging, ignore_errors=True)
+
+    def update(self, key: str, result: RunResult) -> None:
+        """Rewrite a stored result's record (its artifacts stay), as when the probe answered anew."""
+        target = self.slot(key) / "result.json"
+        if target.parent.is_dir():
+            atomic_write(target, json.dumps(asdict(replace(result, cached=False)), indent=1).encode())
 
     def load(self, key: str) -> RunResult | None:
         """Return the stored result for a key, or None if there is none or it cannot be read."""

@@ -40,6 +40,9 @@ RUN_MARKDOWN = Path(__file__).with_name("run_markdown.py")
 TRACE_STATE = Path(__file__).with_name("trace_state.py")
 """The program that runs a starter while recording the execution state of its excerpt's lines."""
 
+PROBE = Path(__file__).with_name("probe.py")
+"""The program that imports a starter and answers its calculators' parity requests."""
+
 Spans = tuple[tuple[int, int], ...]
 
 # Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
@@ -450,18 +453,29 @@ def run_or_recall(
     """Return the stored result of this exact version of the starter, or run it and store the result.
 
     A stored result counts only if it recorded the state of the same lines the page now shows.
+    When the lab's calculators mirror the starter, a passed result carries the parity probe's
+    answers to their current request: a stored one without them is probed, not run again.
     """
+    from infralens.calculators import probe_digest, starter_probe
+
+    request = starter_probe(lab, starter.path)
     if store is None:
-        return run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans)
+        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans), root, starter, request, running, sandbox)
     key = run_key(root, starter)
     if use_cache:
         stored = store.load(key)
         if stored is not None and stored.traced == spans:
             # The manifest may have moved since; point failures at where the starter is declared now.
-            return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
+            result = replace(stored, lab=lab.id, mark=starter.mark, cached=True)
+            if stored.passed and request is not None and stored.probed != probe_digest(request):
+                result = probed(result, root, starter, request, running, sandbox)
+                if running is None or not running.stopping:
+                    store.update(key, result)
+            return result
     staging = store.staging(key)
     try:
         result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans)
+        result = probed(result, root, starter, request, running, sandbox)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -470,6 +484,54 @@ def run_or_recall(
         return result
     store.save(key, result, staging)
     return result
+
+
+MAX_ANSWER_BYTES = 1 << 20
+"""Largest answers file read back from the probe: a calculator's few cases are a few kilobytes."""
+
+
+def probed(result: RunResult, root: Path, starter: Starter, request: dict | None, running: Running | None, sandbox: Sandbox | None) -> RunResult:
+    """A passed result with the parity probe's answers to `request` (see infralens/probe.py).
+
+    The probe imports the starter in a process of its own, supervised and sandboxed like a run,
+    and answers as plain JSON; when it cannot answer at all, every calculator gets the reason.
+    """
+    from infralens.calculators import probe_digest
+
+    if request is None or not result.passed:
+        return result
+    assert starter.run is not None
+    source = (root / starter.path).resolve()
+    with run_folder("infralens-probe-") as scratch, run_folder("infralens-blocks-") as side:
+        Path(side, "tmp").mkdir()
+        output = Path(side, "tmp", "answers.json")
+        Path(side, "spec.json").write_text(json.dumps({**request, "output": str(output)}), encoding="utf-8")
+        done = execute([sys.executable, str(PROBE), str(source), str(Path(side, "spec.json"))], scratch, side, starter.run.timeout, running, sandbox)
+        answers = read_answers(output) if done.returncode == 0 else None
+    if answers is None:
+        last = (done.stderr.text().strip().splitlines() or ["no answers written"])[-1]
+        why = "timed out" if done.returncode is None else f"exited with status {done.returncode}" if done.returncode else "wrote no answers it could read"
+        answers = {"calculators": {key: {"error": f"the probe {why}: {last[:300]}", "cases": []} for key in request["calculators"]}}
+    return replace(result, probed=probe_digest(request), answers=json.dumps(answers, separators=(",", ":")))
+
+
+def read_answers(path: Path) -> dict | None:
+    """The probe's answers as plain data with its shape, or None (a starter could have written them)."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_ANSWER_BYTES:
+            return None
+        answers = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(answers, dict) or answers.get("version") != 1 or not isinstance(answers.get("calculators"), dict):
+        return None
+    for one in answers["calculators"].values():
+        if not isinstance(one, dict) or not isinstance(one.get("cases"), list):
+            return None
+        for case in one["cases"]:
+            if not isinstance(case, dict) or not isinstance(case.get("values"), dict) or not isinstance(case.get("answers"), dict) or not isinstance(case.get("label"), str):
+                return None
+    return {"calculators": answers["calculators"]}
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -515,6 +577,21 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     reason = f"the page states {missing[0]} but no starter of the lab prints it or records it on a line{more}"
     failed = replace(results[-1], status="failed", reason=reason, mark=Mark(lab.path, line, col))
     return [*results[:-1], failed]
+
+
+def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
+    """Fail a mirrored starter's run when a calculator of the lab disagrees with its probe's answers."""
+    from infralens.calculators import calculator_problems
+
+    by_starter = calculator_problems(lab, {result.starter: result for result in results})
+    failed = []
+    for result in results:
+        problems = sorted(by_starter.get(result.starter, []), key=lambda p: p.mark)
+        if problems and result.passed:
+            more = f"; and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''} (infralens build lists them)" if len(problems) > 1 else ""
+            result = replace(result, status="failed", reason=problems[0].message + more, mark=problems[0].mark)
+        failed.append(result)
+    return failed
 
 
 def become_subreaper() -> bool:
@@ -580,6 +657,7 @@ def run_labs(
         for lab in labs:
             runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]
             runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
+            runs = check_calculators(lab, runs)
             for result in runs:
                 if on_result:
                     on_result(result)

@@ -194,6 +194,98 @@ class Number(Spec):
         return _with_doc({"type": "number", "exclusiveMinimum": 0}, self.doc)
 
 
+@dataclass(frozen=True)
+class Written:
+    """Text as a manifest writes it, with where it is: a problem at a character of it gets a mark."""
+
+    text: str
+    mark: Mark
+    inline: bool
+    """True when the text sits on one line as written (plain or quoted), so columns add up."""
+
+    def at(self, offset: int) -> Mark:
+        """The mark of the character at `offset` of the text (the scalar's own mark when it spans lines)."""
+        if not self.inline:
+            return self.mark
+        return Mark(self.mark.path, self.mark.line, self.mark.col + offset)
+
+
+@dataclass
+class Source(Text):
+    """Text kept as `Written`, so a later check (an expression's names) can point inside it."""
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = super().check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        # Columns add up only when the scalar is on one line, as written: no escape or folding.
+        quote = 1 if node.style in ("'", '"') else 0
+        source = ctx.text[node.start_mark.index : node.end_mark.index]
+        inline = node.start_mark.line == node.end_mark.line and source[quote : len(source) - quote] == node.value
+        lead = len(node.value) - len(node.value.lstrip())
+        mark = ctx.mark(node)
+        return Written(value, Mark(mark.path, mark.line, mark.col + quote + lead), inline)
+
+
+@dataclass
+class Value(Spec):
+    """A finite number of any sign (an input's default or bound), or, with `text`, also a string."""
+
+    doc: str = ""
+    text: bool = False
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        value = scalar_value(node) if isinstance(node, yaml.ScalarNode) else None
+        if self.text and isinstance(value, str) and value.strip():
+            return value.strip()
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return ctx.error(node, f"expected a number{' or a name' if self.text else ''}, got {describe(node)}")
+        if not math.isfinite(value):
+            return ctx.error(node, f"expected a finite number, got {node.value}")
+        return value
+
+    def json_schema(self) -> dict:
+        return _with_doc({"type": ["number", "string"] if self.text else "number"}, self.doc)
+
+
+@dataclass
+class MappingOf(Spec):
+    """A mapping from names to values of one spec, kept in order as (name, value, mark) triples."""
+
+    item: Spec
+    doc: str = ""
+    min_items: int = 0
+    key_pattern: str = r".+"
+    key_hint: str = "a name"
+
+    def check(self, node: yaml.Node, ctx: Context) -> Any:
+        if not isinstance(node, yaml.MappingNode):
+            return ctx.error(node, f"expected a mapping, got {describe(node)}")
+        if len(node.value) < self.min_items:
+            return ctx.error(node, f"expected at least {self.min_items} entries, got {len(node.value)}")
+        items, seen, ok = [], set(), True
+        for key_node, value_node in node.value:
+            key = scalar_value(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            key = str(key) if isinstance(key, (int, float)) and not isinstance(key, bool) else key
+            if not isinstance(key, str) or not re.fullmatch(self.key_pattern, key):
+                ok = ctx.error(key_node, f"expected {self.key_hint} as the key, got {describe(key_node)}") is not INVALID
+                continue
+            if key in seen:
+                ok = ctx.error(key_node, f"duplicate key {key!r}") is not INVALID
+                continue
+            seen.add(key)
+            value = self.item.check(value_node, ctx)
+            ok = ok and value is not INVALID
+            items.append((key, value, ctx.mark(key_node)))
+        return tuple(items) if ok else INVALID
+
+    def json_schema(self) -> dict:
+        schema = {"type": "object", "additionalProperties": self.item.json_schema()}
+        if self.min_items:
+            schema["minProperties"] = self.min_items
+        return _with_doc(schema, self.doc)
+
+
 @dataclass
 class Choice(Spec):
     """One of a fixed set of strings."""

@@ -32,3 +32,150 @@ const X = (() => {
     log2: (a) => (a <= 0 ? fail("the logarithm of a number that is not positive") : num(Math.log2(a))),
   };
 })();
+
+/* The "Try it" blocks (templates/_calc.html): static/calc-loader.js loads this file and the lab's
+   calculators.js (window.InfraLensCalculators: each calculator's fields, presets and compiled
+   outputs) on first use, then calls InfraLensCalc.start. Numbers are shown exactly as
+   infralens/calculators.py shows them in the table beside the form (tests/test_calculators.py). */
+const InfraLensCalc = (() => {
+  const UNSHOWN = 1e21, TINY = 1e-6;
+  const SI = ["", "k", "M", "G", "T", "P", "E"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+  const fixed = (v, decimals) => (v === 0 ? 0 : v).toFixed(decimals);  // exact, half away from zero
+  const grouped = (digits) => {
+    const sign = digits.startsWith("-") ? "-" : "";
+    const [whole, fraction] = digits.replace(/^-/, "").split(".");
+    return sign + whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + (fraction ? "." + fraction : "");
+  };
+  const significant = (v) => {
+    if (v === 0) return "0";
+    const size = Math.abs(v), sign = v < 0 ? "-" : "";
+    if (size >= UNSHOWN) return sign + "> 1e21";
+    if (size < TINY) return sign + "< 1e-6";
+    if (size >= 1000) return grouped(fixed(v, 0));
+    let decimals = 0, scaled = size;
+    if (scaled < 100) {
+      decimals = 1; scaled *= 10;
+      while (scaled < 100) { decimals += 1; scaled *= 10; }
+    }
+    let text = fixed(v, decimals);
+    if (text.includes(".")) text = text.replace(/0+$/, "").replace(/\.$/, "");
+    return text === "-0" || text === "0" ? "0" : grouped(text);
+  };
+  const scaled = (v, base, prefixes) => {
+    let index = 0;
+    while (index < prefixes.length - 1 && Math.abs(v) >= base ** (index + 1)) index += 1;
+    return [significant(v / base ** index), prefixes[index]];
+  };
+  const exact = (v) => (Number.isInteger(v) && Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v));
+  const show = (v, format, unit) => {
+    const after = unit ? " " + unit : "";
+    if (format === "int") return (Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v)) + after;
+    if (format === "bytes" || format === "bytes-iec") {
+      const [number, prefix] = format === "bytes" ? scaled(v, 1000, SI) : scaled(v, 1024, IEC);
+      if (prefix && Number.isInteger(v) && Math.abs(v) < UNSHOWN) return `${number} ${prefix}B (${exact(v)} B)${after}`;
+      return `${number} ${prefix}B${after}`;
+    }
+    if (format === "si") { const [number, prefix] = scaled(v, 1000, SI); return `${number} ${prefix}${unit}`.trimEnd(); }
+    if (format === "ratio") return significant(v) + "×" + after;
+    if (format === "percent") return significant(v * 100) + "%" + after;
+    return significant(v) + after;
+  };
+  const brief = (v, format, unit) => (format === "bytes" || format === "bytes-iec" ? `${exact(v)} B${unit ? " " + unit : ""}` : show(v, format, unit));
+
+  /* A field's text as a number, or why it is not one: "4,096", "4096", "1e6" and " 32 " all read. */
+  const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+  const read = (field, text) => {
+    if (field.choices) return field.choices[text] === undefined ? { error: `${field.label}: pick one of the choices.` } : { value: text };
+    const clean = text.trim().replace(/[,_\s]/g, "");
+    if (clean === "") return { error: `${field.label}: enter a number.` };
+    if (!NUMBER.test(clean)) return { error: `${field.label}: “${text.trim().slice(0, 24)}” is not a number.` };
+    const v = Number(clean), bounds = `${field.unit ? " " + field.unit : ""}`;
+    if (!Number.isFinite(v)) return { error: `${field.label}: too large to compute with.` };
+    if (field.whole && !Number.isInteger(v)) return { error: `${field.label}: enter a whole number.` };
+    if (field.min !== null && v < field.min) return { error: `${field.label}: at least ${significant(field.min)}${bounds}.` };
+    if (field.max !== null && v > field.max) return { error: `${field.label}: at most ${significant(field.max)}${bounds}.` };
+    return { value: v };
+  };
+
+  /* Every output in order for these values, or the first error (a message, never NaN or Infinity). */
+  const compute = (calc, values) => {
+    const v = {}, out = {};
+    calc.inputs.forEach((field) => { v[field.name] = field.choices ? field.choices[values[field.name]] : values[field.name]; });
+    for (const output of calc.outputs) {
+      try { v[output.name] = out[output.name] = calc.compute[output.name](v); } catch (error) { return { error: `${output.label}: ${error.message}.`, v }; }
+    }
+    return { out, v };
+  };
+  const work = (calc, output, v) => output.pieces.map((piece) => {
+    if (typeof piece === "string") return piece;
+    const field = calc.inputs.find((f) => f.name === piece.slot);
+    if (field) return significant(v[piece.slot]) + (field.unit ? " " + field.unit : "");
+    const earlier = calc.outputs.find((o) => o.name === piece.slot);
+    return brief(v[piece.slot], earlier.format, earlier.unit);
+  }).join("") + " = " + show(v[output.name], output.format, output.unit);
+
+  function start(section, calc) {
+    const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
+    const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
+    const control = (name) => form.elements.namedItem(name);
+    const defaults = calc.presets[0].values;
+    const current = () => {
+      const values = {}, errors = [];
+      calc.inputs.forEach((field) => {
+        const got = read(field, control(field.name).value);
+        control(field.name).setAttribute("aria-invalid", got.error ? "true" : "false");
+        if (got.error) errors.push(got.error); else values[field.name] = got.value;
+      });
+      return { values, errors };
+    };
+    const update = () => {
+      const { values, errors } = current();
+      const result = errors.length ? { error: errors[0] } : compute(calc, values);
+      calc.outputs.forEach((output) => {
+        const shown = form.querySelector(`output[name="${output.name}"]`), line = form.querySelector(`[data-work="${output.name}"]`);
+        const ok = result.out !== undefined;
+        shown.textContent = ok ? show(result.out[output.name], output.format, output.unit) : "—";
+        line.textContent = ok ? work(calc, output, result.v) : "";
+      });
+      status.textContent = result.error || "";
+      section.querySelectorAll("[data-preset]").forEach((button) => {
+        const preset = calc.presets[button.dataset.preset].values;
+        button.setAttribute("aria-pressed", String(calc.inputs.every((f) => preset[f.name] === values[f.name])));
+      });
+      const changed = calc.inputs.filter((f) => values[f.name] !== undefined && values[f.name] !== defaults[f.name]);
+      const query = changed.map((f) => `${f.name}=${encodeURIComponent(values[f.name])}`).join("&");
+      share.href = `#calc-${id}` + (query ? "?" + query : "");
+    };
+    const fill = (values) => {
+      Object.entries(values).forEach(([name, value]) => {
+        const field = calc.inputs.find((f) => f.name === name);
+        if (field) control(name).value = field.choices ? value : String(value);
+      });
+      update();
+    };
+    const fromAddress = () => {
+      const hash = decodeURIComponent(location.hash);
+      if (!hash.startsWith(`#calc-${id}?`)) return false;
+      const given = Object.fromEntries(new URLSearchParams(location.hash.slice(`#calc-${id}?`.length)));
+      fill({ ...defaults, ...given });
+      section.scrollIntoView();
+      return true;
+    };
+    form.addEventListener("input", update);
+    form.addEventListener("submit", (event) => event.preventDefault());
+    section.querySelectorAll("[data-preset]").forEach((button) => {
+      button.addEventListener("click", () => fill(calc.presets[button.dataset.preset].values));
+    });
+    addEventListener("hashchange", fromAddress);
+    if (!fromAddress()) update();
+  }
+
+  return {
+    show, significant, read, compute,
+    start: (sections) => sections.forEach((section) => {
+      const calc = (window.InfraLensCalculators || {})[section.dataset.calc];
+      if (calc && !section.dataset.started) { section.dataset.started = "1"; start(section, calc); }
+    }),
+  };
+})();
+window.InfraLensCalc = InfraLensCalc;

@@ -1,0 +1,530 @@
+"""Calculators: what the parity probe is asked, whether its answers agree, and what a page shows.
+
+Pure. Input: a lab's `Calculator` models and, when `check` has recorded them, the probe's answers
+(infralens/probe.py, stored with the starter's run). Output: the probe's request, the problems of a
+calculator that disagrees with its starter (each at its manifest line), and the values a page
+shows: a table of the defaults and presets with their results, the arithmetic of each result
+with its inputs in place, and the data of the page's "Try it" script. Numbers are shown by
+`show`, which templates/static/calculator.js repeats character for character (tested in Chromium).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
+from pathlib import Path
+
+from infralens.errors import Mark, Problem
+from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, evaluate, parse_call, parse_expr, to_js
+from infralens.models import Calculator, Lab, PresetTable, RunResult, mirrored_starter
+
+Numeric = int | float
+
+PROBE = Path(__file__).with_name("probe.py")
+CALCULATORS_FILE = "calculators.js"
+"""The lab's calculators for its page's script, beside the page (labs/<id>/calculators.js)."""
+
+
+# ---------------------------------------------------------------- the probe's request
+
+
+def probe_request(calc: Calculator) -> dict:
+    """What the probe is asked for one calculator: its mirrors at the defaults and every preset."""
+    names = {i.name for i in calc.inputs}
+    listed = () if isinstance(calc.presets, PresetTable) else calc.presets
+    return {
+        "defaults": {i.name: i.default for i in calc.inputs},
+        "choices": {i.name: {name: number for name, number, _ in i.choices} for i in calc.inputs if i.choices},
+        "presets": [{"label": p.label, "values": {name: value for name, value, _ in p.values}} for p in listed],
+        "table": {"name": calc.presets.table, "fields": list(calc.presets.fields)} if isinstance(calc.presets, PresetTable) else None,
+        "mirrors": {o.name: parse_call(o.mirrors.text, names) for o in calc.outputs},
+    }
+
+
+def starter_probe(lab: Lab, starter: str) -> dict | None:
+    """The probe's request for every calculator of the lab that mirrors this starter, or None."""
+    calcs = {c.id: probe_request(c) for c in lab.calculators if mirrored_starter(lab, c) == starter}
+    return {"calculators": calcs} if calcs else None
+
+
+def probe_digest(request: dict | None) -> str:
+    """Identify a request, and the probe that answers it: stored answers count only for the same."""
+    if request is None:
+        return ""
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode() + _probe_bytes()).hexdigest()[:24]
+
+
+@lru_cache(maxsize=None)
+def _probe_bytes() -> bytes:
+    return PROBE.read_bytes()
+
+
+# ---------------------------------------------------------------- parity
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a calculator's table: the defaults or a preset, with what the outputs give."""
+
+    label: str
+    values: tuple[tuple[str, Numeric | str], ...]
+    """Each input's value, a choice input by its name."""
+    results: tuple[tuple[str, Numeric], ...]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A calculator and its cases; `verified` when the starter gave the same value for every one."""
+
+    calc: Calculator
+    cases: tuple[Case, ...]
+    verified: bool
+    checked: str = ""
+    """When the run whose probe agreed finished (ISO 8601), when verified."""
+
+
+def outputs_at(calc: Calculator, values: dict[str, Numeric | str]) -> dict[str, Numeric]:
+    """Evaluate every output, in order, at these input values; raise ExprError."""
+    numbers: dict[str, Numeric] = {i.name: i.number(values[i.name]) for i in calc.inputs}
+    results = {}
+    for output in calc.outputs:
+        results[output.name] = numbers[output.name] = evaluate(compiled(output.expr.text, frozenset(numbers)), numbers)
+    return results
+
+
+@lru_cache(maxsize=1024)
+def compiled(text: str, names: frozenset[str]) -> Expr:
+    return parse_expr(text, names)
+
+
+def agrees(ours: Numeric, theirs, tolerance: float) -> bool:
+    """Exactly equal when the starter's value is a whole number a browser holds exactly; else
+    within the relative tolerance (an integer beyond 2**53 is a float on the page)."""
+    if isinstance(theirs, int) and abs(theirs) < EXACT:
+        return ours == theirs
+    if isinstance(theirs, int):
+        return math.isclose(ours, theirs, rel_tol=1e-15)
+    return math.isclose(ours, theirs, rel_tol=tolerance, abs_tol=0.0)
+
+
+def listed_cases(calc: Calculator) -> list[tuple[str, dict]]:
+    """The defaults and the presets the manifest lists (a preset table's rows need the probe)."""
+    defaults = {i.name: i.default for i in calc.inputs}
+    cases = [("Defaults", defaults)]
+    if not isinstance(calc.presets, PresetTable):
+        cases += [(p.label, {**defaults, **{name: value for name, value, _ in p.values}}) for p in calc.presets]
+    return cases
+
+
+def check_calculator(calc: Calculator, answer: dict | None, finished: str = "") -> tuple[Checked, list[Problem]]:
+    """Compare a calculator's outputs with the probe's answers, case by case.
+
+    Without answers (no check has probed this version), the listed cases are computed and the
+    result is not verified. A problem points at the manifest: a preset the table gives wrongly at
+    the table's `from`, a call that failed at its `mirrors`, a disagreeing value at its `expr`.
+    """
+    if answer is None:
+        cases = [Case(label, tuple(values.items()), tuple(outputs_at(calc, values).items())) for label, values in listed_cases(calc)]
+        return Checked(calc, tuple(cases), False), []
+    problems: list[Problem] = []
+    if "error" in answer:
+        where = calc.presets.mark if isinstance(calc.presets, PresetTable) else calc.mark
+        return Checked(calc, (), False), [Problem(where, f"calculator {calc.id!r}: the starter's presets cannot be read: {answer['error']}")]
+    cases = []
+    wrong: dict[str, list[tuple[str, str, Mark]]] = {}  # output → (case, what went wrong, where), in case order
+    for case in answer["cases"]:
+        label = "Defaults" if case["label"] == "defaults" else case["label"]
+        where = "the defaults" if label == "Defaults" else f"preset {label!r}"
+        values = case["values"]
+        refused = [p for i in calc.inputs if (p := i.refuse(values.get(i.name)))]
+        if refused:
+            mark = calc.presets.mark if isinstance(calc.presets, PresetTable) else calc.mark
+            problems.append(Problem(mark, f"calculator {calc.id!r}: {where} from the starter's table: {refused[0]}"))
+            continue
+        try:
+            results = outputs_at(calc, values)
+        except ExprError as exc:
+            problems.append(Problem(calc.mark, f"calculator {calc.id!r}: at {where}: {exc.message}"))
+            continue
+        for output in calc.outputs:
+            got = case["answers"].get(output.name, {"error": "no answer"})
+            if "error" in got:
+                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} raised {got['error']}", output.mirrors.mark))
+            elif isinstance(got["value"], bool) or not isinstance(got["value"], (int, float)):
+                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} gave {json.dumps(got['value'])[:80]}, not a number", output.mirrors.mark))
+            elif not agrees(results[output.name], got["value"], output.tolerance):
+                said = f"expr: at {where}, {output.name} = {results[output.name]!r} but the starter's {output.mirrors.text} gives {got['value']!r}"
+                wrong.setdefault(output.name, []).append((where, said, output.expr.mark))
+        cases.append(Case(label, tuple((i.name, values[i.name]) for i in calc.inputs), tuple(results.items())))
+    for found in wrong.values():  # one problem per output: its first case, and how many more
+        (_, message, mark), rest = found[0], [where for where, _, _ in found[1:]]
+        more = f" (also at {', '.join(rest)})" if rest else ""
+        problems.append(Problem(mark, message + more))
+    return Checked(calc, tuple(cases), not problems, finished if not problems else ""), problems
+
+
+def stored_answers(result: RunResult | None, request: dict | None) -> dict | None:
+    """The probe's answers a stored run holds for this very request, or None."""
+    if result is None or request is None or not result.passed or result.probed != probe_digest(request):
+        return None
+    try:
+        answers = json.loads(result.answers)
+    except ValueError:
+        return None
+    return answers.get("calculators") if isinstance(answers, dict) else None
+
+
+def check_lab_calculators(lab: Lab, runs: dict[str, RunResult]) -> tuple[list[Checked], list[Problem]]:
+    """Check every calculator of a lab against the answers its starter's stored run holds."""
+    checked, problems = [], []
+    for calc, one, found in _each(lab, runs):
+        checked.append(one)
+        problems += found
+    return checked, problems
+
+
+def calculator_problems(lab: Lab, runs: dict[str, RunResult]) -> dict[str, list[Problem]]:
+    """The problems of a lab's calculators, by the starter each mirrors."""
+    found: dict[str, list[Problem]] = {}
+    for calc, _, problems in _each(lab, runs):
+        found.setdefault(mirrored_starter(lab, calc), []).extend(problems)
+    return found
+
+
+def _each(lab: Lab, runs: dict[str, RunResult]):
+    for calc in lab.calculators:
+        path = mirrored_starter(lab, calc)
+        result = runs.get(path)
+        answers = stored_answers(result, starter_probe(lab, path))
+        one, problems = check_calculator(calc, answers.get(calc.id) if answers else None, result.finished if result else "")
+        yield calc, one, problems
+
+
+# ---------------------------------------------------------------- showing numbers
+
+
+UNSHOWN = 1e21
+"""From here on a number is shown as "> 1e21": the page's number formatting stops being exact."""
+TINY = 1e-6
+"""Below this (and above 0) a number is shown as "< 1e-6"."""
+
+
+def fixed(value: float, decimals: int) -> str:
+    """The value rounded half away from zero to `decimals` places, as JavaScript's toFixed does."""
+    text = str(Decimal(value).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
+    return text
+
+
+def grouped(digits: str) -> str:
+    """Put thousands separators into the whole part of a decimal string."""
+    sign = "-" if digits.startswith("-") else ""
+    whole, _, fraction = digits.lstrip("-").partition(".")
+    parts = []
+    while len(whole) > 3:
+        parts.insert(0, whole[-3:])
+        whole = whole[:-3]
+    parts.insert(0, whole)
+    return sign + ",".join(parts) + ("." + fraction if fraction else "")
+
+
+def significant(value: Numeric) -> str:
+    """Three significant digits below 1,000 (trailing zeros dropped), whole with separators above."""
+    if value == 0:
+        return "0"
+    size = abs(value)
+    if size >= UNSHOWN:
+        return ("-" if value < 0 else "") + "> 1e21"
+    if size < TINY:
+        return ("-" if value < 0 else "") + "< 1e-6"
+    if size >= 1000:
+        return grouped(fixed(value, 0))
+    decimals, scaled = 0, size
+    if scaled < 100:
+        decimals, scaled = 1, scaled * 10
+        while scaled < 100:
+            decimals, scaled = decimals + 1, scaled * 10
+    text = fixed(value, decimals)
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "0") else grouped(text)
+
+
+SI = ("", "k", "M", "G", "T", "P", "E")
+IEC = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def scaled(value: Numeric, base: int, prefixes: tuple[str, ...]) -> tuple[str, str]:
+    """The value in the largest unit it reaches (3 significant digits) and that unit's prefix."""
+    index, size = 0, abs(value)
+    while index < len(prefixes) - 1 and size >= base ** (index + 1):
+        index += 1
+    return significant(value / base**index), prefixes[index]
+
+
+def show(value: Numeric, fmt: str, unit: str | None = None) -> str:
+    """The text a page shows for an output (see models.FORMATS)."""
+    after = f" {unit}" if unit else ""
+    if fmt == "int":
+        return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
+    if fmt in ("bytes", "bytes-iec"):
+        number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC)
+        if prefix and float(value).is_integer() and abs(value) < UNSHOWN:
+            return f"{number} {prefix}B ({grouped(fixed(value, 0))} B){after}"
+        return f"{number} {prefix}B{after}"
+    if fmt == "si":
+        number, prefix = scaled(value, 1000, SI)
+        return f"{number} {prefix}{unit or ''}".rstrip()
+    if fmt == "ratio":
+        return f"{significant(value)}×{after}"
+    if fmt == "percent":
+        return f"{significant(value * 100)}%{after}"
+    return significant(value) + after
+
+
+def show_input(calc: Calculator, name: str, value: Numeric | str) -> str:
+    """An input's value as the table shows it: a choice's name, or the number with its unit."""
+    field = calc.input(name)
+    if field.choices is not None:
+        return f"{value} ({significant(field.number(value))}{' ' + field.unit if field.unit else ''})"
+    return significant(value) + (f" {field.unit}" if field.unit else "")
+
+
+# ---------------------------------------------------------------- the arithmetic shown
+
+
+Piece = str | tuple[str]
+"""A piece of an arithmetic line: text, or (name,) where the value of that input or output goes."""
+
+_SHOWN_BINARY = {"+": " + ", "-": " − ", "*": " × ", "/": " ÷ ", "%": " mod "}
+_SHOWN_COMPARE = {"<": " < ", "<=": " ≤ ", ">": " > ", ">=": " ≥ ", "==": " = ", "!=": " ≠ "}
+_PRECEDENCE = {"if": 0, "or": 1, "and": 2, "not": 3, "compare": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 7, "%": 6, "unary": 8, "**": 9, "atom": 10}
+
+
+def arithmetic(expr: Expr) -> tuple[Piece, ...]:
+    """The expression as a reader writes it (× ÷ ⌈ ⌉ ⌊ ⌋ and powers as ^), with a slot per name."""
+    pieces: list[Piece] = []
+    _pieces(expr.tree, pieces)
+    merged: list[Piece] = []
+    for piece in pieces:
+        if piece == "":
+            continue
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return tuple(merged)
+
+
+def _level(node: ast.AST) -> int:
+    if isinstance(node, ast.BinOp):
+        return _PRECEDENCE[_BINARY[type(node.op)]]
+    if isinstance(node, ast.UnaryOp):
+        return _PRECEDENCE["not" if isinstance(node.op, ast.Not) else "unary"]
+    if isinstance(node, ast.BoolOp):
+        return _PRECEDENCE["and" if isinstance(node.op, ast.And) else "or"]
+    if isinstance(node, ast.Compare):
+        return _PRECEDENCE["compare"]
+    if isinstance(node, ast.IfExp):
+        return _PRECEDENCE["if"]
+    return _PRECEDENCE["atom"]
+
+
+def _wrapped(node: ast.AST, pieces: list[Piece], above: int, strict: bool = False) -> None:
+    level = _level(node)
+    paren = level < above or (strict and level == above)
+    pieces.append("(" if paren else "")
+    _pieces(node, pieces)
+    pieces.append(")" if paren else "")
+
+
+def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
+    if isinstance(node, ast.Constant):
+        pieces.append(significant(node.value) if isinstance(node.value, float) else grouped(str(node.value)))
+    elif isinstance(node, ast.Name):
+        pieces.append((node.id,))
+    elif isinstance(node, ast.BinOp):
+        op = _BINARY[type(node.op)]
+        if op == "//":  # floor division reads as the floor of a quotient
+            pieces.append("⌊")
+            _wrapped(node.left, pieces, _PRECEDENCE["/"])
+            pieces.append(" ÷ ")
+            _wrapped(node.right, pieces, _PRECEDENCE["/"], strict=True)
+            pieces.append("⌋")
+            return
+        level = _PRECEDENCE[op]
+        if op == "**":
+            _wrapped(node.left, pieces, level, strict=True)
+            pieces.append("^")
+            _wrapped(node.right, pieces, level)
+            return
+        _wrapped(node.left, pieces, level)
+        pieces.append(_SHOWN_BINARY[op])
+        _wrapped(node.right, pieces, level, strict=op in ("-", "/", "%"))
+    elif isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.Not):
+            pieces.append("not ")
+            _wrapped(node.operand, pieces, _PRECEDENCE["not"])
+        else:
+            pieces.append("−" if isinstance(node.op, ast.USub) else "+")
+            _wrapped(node.operand, pieces, _PRECEDENCE["unary"])
+    elif isinstance(node, ast.Compare):
+        _wrapped(node.left, pieces, _PRECEDENCE["compare"], strict=True)
+        pieces.append(_SHOWN_COMPARE[_COMPARE[type(node.ops[0])]])
+        _wrapped(node.comparators[0], pieces, _PRECEDENCE["compare"], strict=True)
+    elif isinstance(node, ast.BoolOp):
+        word = " and " if isinstance(node.op, ast.And) else " or "
+        for index, value in enumerate(node.values):
+            pieces.append(word if index else "")
+            _wrapped(value, pieces, _level(node), strict=True)
+    elif isinstance(node, ast.IfExp):
+        _wrapped(node.body, pieces, _PRECEDENCE["if"], strict=True)
+        pieces.append(" if ")
+        _wrapped(node.test, pieces, _PRECEDENCE["if"], strict=True)
+        pieces.append(" else ")
+        _wrapped(node.orelse, pieces, _PRECEDENCE["if"])
+    elif isinstance(node, ast.Call):
+        name = node.func.id
+        if name in ("ceil", "floor", "abs"):
+            left, right = {"ceil": ("⌈", "⌉"), "floor": ("⌊", "⌋"), "abs": ("|", "|")}[name]
+            pieces.append(left)
+            _pieces(node.args[0], pieces)
+            pieces.append(right)
+            return
+        pieces.append({"sqrt": "√(", "log2": "log₂("}.get(name, f"{name}("))
+        for index, arg in enumerate(node.args):
+            pieces.append(", " if index else "")
+            _pieces(arg, pieces)
+        pieces.append(")")
+
+
+def exact(value: Numeric) -> str:
+    """A whole number in full, with separators; any other number to 3 significant digits."""
+    return grouped(fixed(value, 0)) if float(value).is_integer() and abs(value) < UNSHOWN else significant(value)
+
+
+def brief(value: Numeric, fmt: str, unit: str | None) -> str:
+    """An output's value where a later output's arithmetic reads it: bytes exactly, with their unit."""
+    if fmt in ("bytes", "bytes-iec"):
+        return f"{exact(value)} B" + (f" {unit}" if unit else "")
+    return show(value, fmt, unit)
+
+
+def slot_text(calc: Calculator, name: str, numbers: dict[str, Numeric]) -> str:
+    """What stands in an arithmetic line for a name: an input's number and unit, or an output."""
+    if any(i.name == name for i in calc.inputs):
+        field = calc.input(name)
+        return significant(numbers[name]) + (f" {field.unit}" if field.unit else "")
+    output = next(o for o in calc.outputs if o.name == name)
+    return brief(numbers[name], output.format, output.unit)
+
+
+def worked(calc: Calculator, case: Case) -> tuple[tuple[str, str], ...]:
+    """Each output's arithmetic at a case's values, with its result: (label, "2 × 32 layers … = 131,072 B")."""
+    values = dict(case.values)
+    numbers: dict[str, Numeric] = {i.name: i.number(values[i.name]) for i in calc.inputs}
+    numbers.update(dict(case.results))
+    lines = []
+    names = {i.name for i in calc.inputs}
+    for output in calc.outputs:
+        expr = compiled(output.expr.text, frozenset(names))
+        names.add(output.name)
+        text = "".join(piece if isinstance(piece, str) else slot_text(calc, piece[0], numbers) for piece in arithmetic(expr))
+        lines.append((output.label, f"{text} = {show(numbers[output.name], output.format, output.unit)}"))
+    return tuple(lines)
+
+
+# ---------------------------------------------------------------- the page's script
+
+
+def calculator_data(checked: Checked) -> dict:
+    """What the page's script needs of one calculator: fields, presets, and each output compiled."""
+    calc = checked.calc
+    names = {i.name for i in calc.inputs}
+    outputs = []
+    for output in calc.outputs:
+        expr = compiled(output.expr.text, frozenset(names))
+        names.add(output.name)
+        outputs.append({
+            "name": output.name,
+            "label": output.label,
+            "format": output.format,
+            "unit": output.unit or "",
+            "pieces": [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in arithmetic(expr)],
+            "js": to_js(expr),
+        })
+    return {
+        "inputs": [{
+            "name": i.name, "label": i.label, "unit": i.unit or "", "whole": i.whole,
+            "min": i.min, "max": i.max,
+            "choices": {name: number for name, number, _ in i.choices} if i.choices else None,
+        } for i in calc.inputs],
+        "presets": [{"label": case.label, "values": dict(case.values)} for case in checked.cases],
+        "outputs": outputs,
+    }
+
+
+def calculators_script(checked: list[Checked]) -> str:
+    """The lab's calculators as a script the page loads on first use: data plus compiled functions."""
+    parts = []
+    for one in checked:
+        data = calculator_data(one)
+        functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
+        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}}})")
+    return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
+
+
+# ---------------------------------------------------------------- the page
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a calculator's table: an input or an output, with its value in each case."""
+
+    label: str
+    output: bool
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    """An output as the page first shows it: at the defaults, with its arithmetic."""
+
+    name: str
+    label: str
+    text: str
+    work: str
+
+
+@dataclass(frozen=True)
+class CalcView:
+    """What a lab page shows of one calculator (templates/_calc.html)."""
+
+    calc: Calculator
+    verified: bool
+    checked: str
+    functions: tuple[str, ...]
+    """The starter's functions its outputs mirror, in order."""
+    cases: tuple[str, ...]
+    rows: tuple[Row, ...]
+    results: tuple[Result, ...]
+
+
+def calculator_view(checked: Checked) -> CalcView:
+    """The page's view of a checked calculator: the table of cases and the results at the defaults."""
+    calc = checked.calc
+    names = {i.name for i in calc.inputs}
+    functions = tuple(dict.fromkeys(parse_call(o.mirrors.text, names)["call"] for o in calc.outputs))
+    cases = checked.cases
+    rows = [Row(i.label, False, tuple(show_input(calc, i.name, dict(case.values)[i.name]) for case in cases)) for i in calc.inputs]
+    rows += [Row(o.label, True, tuple(show(dict(case.results)[o.name], o.format, o.unit) for case in cases)) for o in calc.outputs]
+    defaults = cases[0] if cases else None
+    results = ()
+    if defaults is not None:
+        shown = dict(defaults.results)
+        results = tuple(Result(o.name, o.label, show(shown[o.name], o.format, o.unit), line) for o, (_, line) in zip(calc.outputs, worked(calc, defaults)))
+    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), results)

@@ -1,0 +1,343 @@
+"""Calculators: the manifest section, the parity with the starter, and the numbers a page shows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TESTS, run_infralens
+from infralens.calculators import (
+    arithmetic,
+    check_calculator,
+    check_lab_calculators,
+    probe_request,
+    show,
+    significant,
+    starter_probe,
+)
+from infralens.errors import InputError
+from infralens.expr import ExprError, parse_call, parse_expr
+from infralens.models import RunResult
+from infralens.parse import parse_lab
+
+LAB_HEAD = """number: 1
+title: Calc lab
+track: basics
+summary: A lab with a calculator.
+concept_goal: Goal.
+mechanism: [One.]
+starters:
+  - path: code/lab-01-calc/kv.py
+    role: A starter.
+preview:
+  starter: code/lab-01-calc/kv.py
+  region: formula
+key_blocks:
+  - name: per_layer
+    lines: per_layer =
+    note: K and V.
+checkpoints: [One.]
+misunderstandings: [One.]
+interview: Say it.
+intuition: [One.]
+further_reading:
+  - {kind: paper, title: GQA, url: "https://arxiv.org/abs/2305.13245"}
+"""
+
+CALC = """calculators:
+  - id: kv
+    title: KV bytes
+    after: per_layer
+    inputs:
+      - {name: layers, label: Layers, unit: layers, default: 2, min: 1, max: 100}
+      - {name: heads, label: Heads, unit: heads, default: 4, min: 1}
+      - {name: dtype, label: Precision, unit: B, default: bf16, choices: {fp32: 4, bf16: 2}}
+    presets:
+      - {label: Wide, values: {heads: 8}}
+      - {label: Full, values: {dtype: fp32, layers: 3}}
+    outputs:
+      - name: per_layer
+        label: Per layer
+        expr: 2 * heads * dtype
+        mirrors: kv_bytes(1, heads, dtype)
+        format: int
+      - name: total
+        label: Total
+        expr: layers * per_layer
+        mirrors: "kv_bytes(layers=layers, heads=heads, dtype=dtype)"
+        format: bytes
+"""
+
+
+def lab_with(calc: str = CALC):
+    return parse_lab("labs/lab-01-calc.yml", "lab-01-calc", LAB_HEAD + calc)
+
+
+def problems_of(calc: str) -> list[str]:
+    with pytest.raises(InputError) as caught:
+        lab_with(calc)
+    return [str(p) for p in caught.value.problems]
+
+
+@pytest.mark.unit
+def test_a_calculator_parses_with_its_inputs_presets_and_outputs() -> None:
+    calc = lab_with().calculators[0]
+    assert [i.name for i in calc.inputs] == ["layers", "heads", "dtype"]
+    assert calc.input("dtype").number("fp32") == 4 and calc.input("layers").whole
+    assert [p.label for p in calc.presets] == ["Wide", "Full"]
+    assert probe_request(calc)["mirrors"]["per_layer"] == {
+        "call": "kv_bytes", "args": [1, {"input": "heads"}, {"input": "dtype"}], "kwargs": {},
+    }
+    assert probe_request(calc)["choices"] == {"dtype": {"fp32": 4, "bf16": 2}}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change, expected", [
+    ("expr: 2 * heads * dtype", None),
+    ("expr: 2 * head * dtype", "labs/lab-01-calc.yml:37:19: error: expr: unknown name 'head' (did you mean 'heads'?)"),
+    ("expr: 2 * heads * total", "labs/lab-01-calc.yml:37:27: error: expr: unknown name 'total' (known: dtype, heads, layers)"),
+    ("expr: 2 * heads ** dtype)", "labs/lab-01-calc.yml:37:33: error: expr: not an expression: unmatched ')'"),
+    ("expr: '2 * heads.real'", "labs/lab-01-calc.yml:37:20: error: expr: 'heads.real' is not arithmetic a calculator does"),
+])
+def test_an_expression_error_points_at_its_column(change: str, expected: str | None) -> None:
+    text = CALC.replace("expr: 2 * heads * dtype", change)
+    if expected is None:
+        lab_with(text)
+    else:
+        assert problems_of(text) == [expected]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change, expected", [
+    ("kv_bytes(1, heads, dtype.name)", "labs/lab-01-calc.yml:38:18: error: mirrors: dtype.name: only an input with choices has a name; 'dtype' is a number"),
+    ("kv_bytes(1, head, dtype)", "labs/lab-01-calc.yml:38:30: error: mirrors: unknown input 'head' (did you mean 'heads'?)"),
+    ("kv_bytes(*heads)", "labs/lab-01-calc.yml:38:27: error: mirrors: pass arguments one by one, not with *"),
+    ("heads(1)", "labs/lab-01-calc.yml:38:18: error: mirrors: 'heads' is an input, not a function of the starter"),
+    ("kv_bytes(1, heads, dtype)[heads]", "labs/lab-01-calc.yml:38:44: error: mirrors: an index must be a whole number or a quoted key"),
+])
+def test_a_mirrors_error_points_at_its_column(change: str, expected: str) -> None:
+    text = CALC.replace("mirrors: kv_bytes(1, heads, dtype)", f"mirrors: {change}")
+    if "dtype.name" in change:
+        text = text.replace("choices: {fp32: 4, bf16: 2}", "min: 1").replace("default: bf16", "default: 2").replace("{dtype: fp32, layers: 3}", "{layers: 3}")
+    assert problems_of(text) == [expected]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("old, new, expected", [
+    ("{label: Wide, values: {heads: 8}}", "{label: Wide, values: {head: 8}}", "labs/lab-01-calc.yml:32:32: error: preset 'Wide': 'head' is not an input (did you mean 'heads'?)"),
+    ("{label: Wide, values: {heads: 8}}", "{label: Wide, values: {heads: 0}}", "labs/lab-01-calc.yml:32:32: error: preset 'Wide': heads must be at least 1, got 0"),
+    ("{label: Full, values: {dtype: fp32, layers: 3}}", "{label: Full, values: {dtype: fp16, layers: 3}}", "labs/lab-01-calc.yml:33:32: error: preset 'Full': dtype must be one of: fp32, bf16; got 'fp16'"),
+    ("{label: Full, values:", "{label: Wide, values:", "labs/lab-01-calc.yml:33:9: error: duplicate preset 'Wide'"),
+    ("default: 2, min: 1, max: 100", "default: 2.5, min: 1, max: 100", None),
+    ("default: 2, min: 1, max: 100", "default: 200, min: 1, max: 100", "labs/lab-01-calc.yml:28:62: error: default: layers must be at most 100, got 200"),
+    ("default: 2, min: 1, max: 100", "default: 2, min: 10, max: 1", "labs/lab-01-calc.yml:28:79: error: max (1) is below min (10)"),
+    ("default: bf16, choices", "default: bf16, min: 1, choices", "labs/lab-01-calc.yml:30:70: error: input 'dtype' has choices, so it takes no min"),
+    ("name: total", "name: heads", "labs/lab-01-calc.yml:40:9: error: 'heads' is already the name of an input or output (line 29)"),
+    ("name: total", "name: ceil", "labs/lab-01-calc.yml:40:9: error: 'ceil' is a function of expressions; name it otherwise"),
+    ("after: per_layer", "after: per_layers", "labs/lab-01-calc.yml:24:5: error: calculator 'kv': after: 'per_layers' is not a key block's name (did you mean 'per_layer'?)"),
+])
+def test_inputs_presets_and_names_are_checked_where_they_are_written(old: str, new: str, expected: str | None) -> None:
+    text = CALC.replace(old, new, 1)
+    assert text != CALC
+    if expected is None:
+        assert not lab_with(text).calculators[0].input("layers").whole
+    else:
+        assert problems_of(text) == [expected]
+
+
+@pytest.mark.unit
+def test_an_expression_that_fails_at_a_preset_is_an_error_naming_the_preset() -> None:
+    text = CALC.replace("expr: layers * per_layer", "expr: per_layer // (4 - heads // 2)")
+    assert problems_of(text) == ["labs/lab-01-calc.yml:42:15: error: expr: at preset 'Wide': division by zero"]
+
+
+def answers_for(calc, values_by_case: list[dict], per_layer: int | float | None = None) -> dict:
+    """Answers as the probe gives them, computed here as the starter would: 2 * heads * bytes."""
+    sizes = {"fp32": 4, "bf16": 2}
+    cases = []
+    for label, values in values_by_case:
+        one = 2 * values["heads"] * sizes[values["dtype"]]
+        cases.append({"label": label, "values": values, "answers": {
+            "per_layer": {"value": one if per_layer is None else per_layer},
+            "total": {"value": values["layers"] * one},
+        }})
+    return {"cases": cases}
+
+
+DEFAULTS = {"layers": 2, "heads": 4, "dtype": "bf16"}
+CASES = [("defaults", DEFAULTS), ("Wide", {**DEFAULTS, "heads": 8}), ("Full", {**DEFAULTS, "dtype": "fp32", "layers": 3})]
+
+
+@pytest.mark.unit
+def test_a_calculator_that_agrees_at_every_case_is_verified() -> None:
+    calc = lab_with().calculators[0]
+    checked, problems = check_calculator(calc, answers_for(calc, CASES), "2026-11-24T07:00:00Z")
+    assert problems == []
+    assert checked.verified and checked.checked == "2026-11-24T07:00:00Z"
+    assert [case.label for case in checked.cases] == ["Defaults", "Wide", "Full"]
+    assert [dict(case.results)["total"] for case in checked.cases] == [32, 64, 96]
+
+
+@pytest.mark.unit
+def test_a_disagreeing_value_fails_at_the_expression_a_failed_call_at_mirrors() -> None:
+    calc = lab_with().calculators[0]
+    _, problems = check_calculator(calc, answers_for(calc, CASES, per_layer=17))
+    assert [str(p) for p in problems][:1] == [
+        "labs/lab-01-calc.yml:37:15: error: expr: at the defaults, per_layer = 16 but the starter's kv_bytes(1, heads, dtype) gives 17 (also at preset 'Wide', preset 'Full')"
+    ]
+    broken = answers_for(calc, CASES)
+    broken["cases"][1]["answers"]["total"] = {"error": "TypeError: kv_bytes() got an unexpected keyword argument 'dtype'"}
+    _, problems = check_calculator(calc, broken)
+    assert [str(p) for p in problems] == [
+        "labs/lab-01-calc.yml:43:19: error: mirrors: at preset 'Wide', kv_bytes(layers=layers, heads=heads, dtype=dtype) raised TypeError: kv_bytes() got an unexpected keyword argument 'dtype'"
+    ]
+
+
+@pytest.mark.unit
+def test_whole_numbers_agree_exactly_other_numbers_within_the_tolerance() -> None:
+    calc = lab_with().calculators[0]
+    close = answers_for(calc, CASES, per_layer=16.0000000001)
+    close["cases"] = close["cases"][:1]
+    _, problems = check_calculator(calc, close)
+    assert problems == []  # the starter's 16.0000000001 is not whole: within 1e-9 of our 16
+    exact_int = answers_for(calc, CASES[:1])
+    exact_int["cases"][0]["answers"]["total"]["value"] = 33  # ours is 32: whole numbers must be equal
+    assert len(check_calculator(calc, exact_int)[1]) == 1
+
+
+@pytest.mark.unit
+def test_without_answers_the_listed_cases_are_computed_but_not_verified() -> None:
+    lab = lab_with()
+    checked, problems = check_lab_calculators(lab, {})
+    assert problems == [] and not checked[0].verified
+    assert [case.label for case in checked[0].cases] == ["Defaults", "Wide", "Full"]
+    stale = RunResult("lab-01-calc", "code/lab-01-calc/kv.py", "passed", 1.0, 0, "", "", "", lab.starters[0].mark,
+                      probed="not-this-request", answers=json.dumps({"calculators": {"kv": answers_for(None, CASES, per_layer=99)}}))
+    checked, problems = check_lab_calculators(lab, {stale.starter: stale})
+    assert problems == [] and not checked[0].verified  # answers to another request are not evidence
+    assert starter_probe(lab, "code/lab-01-calc/other.py") is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, fmt, unit, text", [
+    (524_288, "bytes-iec", "per token", "512 KiB (524,288 B) per token"),
+    (2_147_483_648, "bytes-iec", None, "2 GiB (2,147,483,648 B)"),
+    (107_814_649_856, "bytes", None, "108 GB (107,814,649,856 B)"),
+    (512, "bytes", None, "512 B"),
+    (1536.5, "bytes-iec", None, "1.5 KiB"),
+    (312e12, "si", "FLOP/s", "312 TFLOP/s"),
+    (2.039e12, "si", "B/s", "2.04 TB/s"),
+    (0.026, "percent", None, "2.6%"),
+    (153.0, "ratio", None, "153×"),
+    (6_738_415_616, "int", "parameters", "6,738,415,616 parameters"),
+    (1234.5, "number", None, "1,235"),
+    (0.0012345, "number", None, "0.00123"),
+    (999.96, "number", None, "1,000"),
+    (-0.5, "int", None, "-1"),
+    (0, "number", "B", "0 B"),
+    (3e-9, "number", None, "< 1e-6"),
+    (2e21, "int", None, "> 1e21"),
+])
+def test_numbers_are_shown_by_their_format(value, fmt, unit, text) -> None:
+    assert show(value, fmt, unit) == text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("expression, shown", [
+    ("2 * layers * heads", "2 × ▢layers × ▢heads"),
+    ("(layers + heads) * 2", "(▢layers + ▢heads) × 2"),
+    ("layers - (heads - 1)", "▢layers − (▢heads − 1)"),
+    ("layers - heads - 1", "▢layers − ▢heads − 1"),
+    ("layers // heads", "⌊▢layers ÷ ▢heads⌋"),
+    ("ceil(layers / heads) * 4096", "⌈▢layers ÷ ▢heads⌉ × 4,096"),
+    ("2 ** (layers + 1)", "2^(▢layers + 1)"),
+    ("-layers ** 2", "−▢layers^2"),
+    ("min(layers, heads) if layers > 2 and not heads == 1 else 0.5", "min(▢layers, ▢heads) if ▢layers > 2 and not ▢heads = 1 else 0.5"),
+])
+def test_the_arithmetic_reads_as_written_by_hand(expression: str, shown: str) -> None:
+    pieces = arithmetic(parse_expr(expression, {"layers", "heads"}))
+    assert "".join(p if isinstance(p, str) else "▢" + p[0] for p in pieces) == shown
+
+
+@pytest.mark.unit
+def test_significant_digits_never_depend_on_a_logarithm() -> None:
+    # 0.001 and 1000 sit on the boundaries where a log10-based rule may fall either side.
+    assert [significant(v) for v in (0.001, 0.01, 0.1, 1, 10, 100, 999.4, 1000)] == ["0.001", "0.01", "0.1", "1", "10", "100", "999", "1,000"]
+
+
+@pytest.mark.unit
+def test_a_mirrors_call_becomes_the_probes_request() -> None:
+    request = parse_call("estimate_memory(Config(num_layers=layers, recipe=recipe.name, tied=True)).ledger[0]['kv']", {"layers", "recipe"})
+    assert request == {
+        "call": "estimate_memory",
+        "args": [{"call": "Config", "args": [], "kwargs": {"num_layers": {"input": "layers"}, "recipe": {"input": "recipe", "name": True}, "tied": True}}],
+        "kwargs": {},
+        "path": ["ledger", 0, "kv"],
+    }
+    with pytest.raises(ExprError, match="not a call"):
+        parse_call("kv_bytes(", set())
+
+
+@pytest.fixture
+def calc_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of tests/sites/calculator: one lab whose calculator mirrors a starter without torch."""
+    site = tmp_path / "site"
+    shutil.copytree(TESTS / "sites" / "calculator", site, ignore=shutil.ignore_patterns(".infralens", "output"))
+    monkeypatch.setenv("INFRALENS_CACHE_DIR", str(site / ".infralens"))
+    return site
+
+
+@pytest.mark.cli
+def test_check_proves_a_calculator_and_the_page_says_so(calc_site: Path) -> None:
+    done = run_infralens("check", "--json", "report.json", cwd=calc_site)
+    assert done.returncode == 0, done.stderr
+    built = run_infralens("build", "--out", "out", cwd=calc_site)
+    assert built.returncode == 0, built.stderr
+    page = (calc_site / "out/labs/lab-01-calc/index.html").read_text()
+    assert "Each column checked against the starter's <code>kv_bytes</code> by <code>infralens check</code>" in page
+    assert "<td>32 B<td>64 B<td>96 B" in page  # totals at the defaults, Wide and Full
+    script = (calc_site / "out/labs/lab-01-calc/calculators.js").read_text()
+    assert '"label":"Wide"' in script and "X.mul(v['layers'], v['per_layer'])" in script
+
+
+@pytest.mark.cli
+def test_a_calculator_that_disagrees_with_its_starter_fails_check_and_build_at_its_line(calc_site: Path) -> None:
+    assert run_infralens("check", cwd=calc_site).returncode == 0
+    assert run_infralens("build", "--out", "out", cwd=calc_site).returncode == 0
+    before = (calc_site / "out/labs/lab-01-calc/index.html").read_bytes()
+    manifest = calc_site / "labs/lab-01-calc.yml"
+    manifest.write_text(manifest.read_text().replace("expr: layers * per_layer", "expr: layers * per_layer + 1"))
+    expected = "labs/lab-01-calc.yml:42:15: error: expr: at the defaults, total = 33 but the starter's kv_bytes(layers=layers, heads=heads, dtype=dtype) gives 32"
+    checked = run_infralens("check", cwd=calc_site)
+    assert checked.returncode == 1
+    assert "lab-01-calc  code/lab-01-calc/kv.py  failed" in checked.stdout and "(stored result)" in checked.stdout
+    assert expected.replace("error: ", "error: code/lab-01-calc/kv.py: ") + " (also at preset 'Wide', preset 'Full')\n" in checked.stderr
+    built = run_infralens("build", "--out", "out", cwd=calc_site)
+    assert built.returncode == 1 and "Traceback" not in built.stderr
+    assert built.stderr.splitlines()[0] == expected + " (also at preset 'Wide', preset 'Full')"
+    assert (calc_site / "out/labs/lab-01-calc/index.html").read_bytes() == before  # nothing built is lost
+
+
+@pytest.mark.cli
+def test_a_starter_that_changes_its_formula_fails_the_calculator_on_the_next_check(calc_site: Path) -> None:
+    starter = calc_site / "code/lab-01-calc/kv.py"
+    starter.write_text(starter.read_text().replace("per_layer = 2 * heads * dtype", "per_layer = heads * dtype"))
+    checked = run_infralens("check", cwd=calc_site)
+    assert checked.returncode == 1
+    assert "labs/lab-01-calc.yml:37:15: error: code/lab-01-calc/kv.py: expr: at the defaults, per_layer = 16 but the starter's kv_bytes(1, heads, dtype) gives 8 (also at preset 'Wide', preset 'Full'); and 1 more problem (infralens build lists them)" in checked.stderr
+
+
+@pytest.mark.cli
+def test_editing_only_the_calculator_probes_again_without_running_the_starter(calc_site: Path) -> None:
+    assert run_infralens("check", cwd=calc_site).returncode == 0
+    manifest = calc_site / "labs/lab-01-calc.yml"
+    manifest.write_text(manifest.read_text().replace("{label: Wide, values: {heads: 8}}", "{label: Wide, values: {heads: 16}}"))
+    again = run_infralens("check", cwd=calc_site)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "(stored result)" in again.stdout  # the run was recalled; only the probe ran
+    assert run_infralens("build", "--out", "out", cwd=calc_site).returncode == 0
+    assert '"label":"Wide","values":{"layers":2,"heads":16' in (calc_site / "out/labs/lab-01-calc/calculators.js").read_text()
