@@ -1,0 +1,231 @@
+"""Calculators in real Chromium: the page's numbers and arithmetic equal the build's, typing and
+presets update the results, a link restores the inputs, errors read as messages (never NaN or
+Infinity), the keyboard reaches everything, axe-core passes, and without JS the table stands alone.
+
+Two sites: tests/sites/calculator, checked and built in a temporary folder (its calculator is
+verified), and the repository's own site (every lab's calculators, compiled, against Python).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from playwright.sync_api import expect
+
+from conftest import REPO, TESTS, axe_violations, run_infralens, served, tabs_on
+from infralens.build import load_project
+from infralens.calculators import check_calculator, listed_cases, outputs_at, show
+from infralens.expr import ExprError
+
+pytestmark = pytest.mark.browser
+
+PAGE = "labs/lab-01-calc/index.html"
+FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent")
+
+
+@pytest.fixture(scope="module")
+def calc_url(tmp_path_factory: pytest.TempPathFactory):
+    """tests/sites/calculator, checked (so its calculator is verified) and built, served."""
+    site = tmp_path_factory.mktemp("calc") / "site"
+    shutil.copytree(TESTS / "sites" / "calculator", site, ignore=shutil.ignore_patterns(".infralens", "output"))
+    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
+    assert run_infralens("check", cwd=site, env=env).returncode == 0
+    built = run_infralens("build", "--out", "out", cwd=site, env=env)
+    assert built.returncode == 0, built.stderr
+    with served(site / "out") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tabs(chromium, calc_url: str):
+    with tabs_on(chromium, calc_url) as open_one:
+        yield open_one
+
+
+def started(tab, path: str = PAGE):
+    """Open a page and load its calculators the way a reader does: by reaching for a field."""
+    page = tab.goto(path)
+    page.focus(".calc-form input")
+    page.wait_for_function("window.InfraLensCalc && document.querySelector('[data-calc]').dataset.started")
+    return page
+
+
+def result(page, name: str) -> str:
+    return page.locator(f'output[name="{name}"]').inner_text()
+
+
+def test_typing_updates_every_result_and_its_arithmetic(tabs) -> None:
+    tab = tabs()
+    page = started(tab)
+    assert result(page, "total") == "32 B"
+    page.fill("#calc-kv-heads", "8")
+    assert result(page, "per_layer") == "32"
+    assert result(page, "total") == "64 B"
+    assert page.locator('[data-work="total"]').inner_text() == "2 layers × 32 = 64 B"
+    page.fill("#calc-kv-layers", "4,096")  # separators are read; the bound is 100
+    assert page.locator(".calc-status").inner_text() == "Layers: at most 100 layers."
+    assert result(page, "total") == "—" and page.get_attribute("#calc-kv-layers", "aria-invalid") == "true"
+    page.fill("#calc-kv-layers", "64")
+    assert result(page, "total") == "2.05 kB (2,048 B)"
+    assert page.locator(".calc-status").inner_text() == ""
+    assert tab.errors == []
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("", "Heads: enter a number."),
+    ("abc", "Heads: “abc” is not a number."),
+    ("0", "Heads: at least 1 heads."),
+    ("2.5", "Heads: enter a whole number."),
+    ("1e400", "Heads: too large to compute with."),
+])
+def test_a_field_that_is_not_a_value_says_why_and_no_result_shows_nan(tabs, typed: str, message: str) -> None:
+    page = started(tabs())
+    page.fill("#calc-kv-heads", typed)
+    assert page.locator(".calc-status").inner_text() == message
+    text = page.locator(".calc").inner_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert result(page, "per_layer") == "—"
+
+
+def test_huge_inputs_give_a_message_not_infinity(tabs) -> None:
+    page = started(tabs())
+    page.fill("#calc-kv-heads", "1e308")
+    assert page.locator(".calc-status").inner_text() == "Per layer: the result is not a finite number."
+    text = page.locator(".calc").inner_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+
+def test_presets_fill_the_fields_and_say_which_is_on(tabs) -> None:
+    page = started(tabs())
+    page.get_by_role("button", name="Full").click()
+    assert page.input_value("#calc-kv-layers") == "3" and page.input_value("#calc-kv-dtype") == "fp32"
+    assert result(page, "total") == "96 B"
+    assert page.get_attribute("[data-preset='2']", "aria-pressed") == "true"
+    assert page.get_attribute("[data-preset='0']", "aria-pressed") == "false"
+    page.fill("#calc-kv-layers", "2")
+    assert page.get_attribute("[data-preset='2']", "aria-pressed") == "false"  # no longer that preset
+
+
+def test_the_share_link_restores_the_inputs_in_a_new_tab(tabs) -> None:
+    page = started(tabs())
+    page.fill("#calc-kv-heads", "16")
+    page.select_option("#calc-kv-dtype", "fp32")
+    link = page.locator(".calc-share a").get_attribute("href")
+    assert link == "#calc-kv?heads=16&dtype=fp32"
+    fresh = tabs()
+    other = fresh.goto(PAGE + link)  # no interaction: the address alone loads the calculator
+    other.wait_for_function("document.querySelector('[data-calc]').dataset.started")
+    assert other.input_value("#calc-kv-heads") == "16" and other.input_value("#calc-kv-dtype") == "fp32"
+    assert result(other, "total") == "256 B"
+    assert fresh.errors == []
+
+
+def test_keyboard_alone_reaches_fields_and_presets(tabs) -> None:
+    page = tabs().goto(PAGE)
+    page.focus(".calc-presets button")  # the first preset button: Tab order from here on
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Full"
+    page.keyboard.press("Enter")  # at once: a press made before the script has loaded counts too
+    page.wait_for_function("document.querySelector('#calc-kv-layers').value === '3'")
+    assert page.get_attribute("[data-preset='2']", "aria-pressed") == "true"
+    page.keyboard.press("Tab")  # into the first field
+    assert page.evaluate("document.activeElement.id") == "calc-kv-layers"
+    page.keyboard.press("Control+A")
+    page.keyboard.type("5")
+    assert result(page, "total") == "160 B"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_nothing_with_the_form_working(tabs, scheme: str) -> None:
+    page = started(tabs(scheme=scheme))
+    page.fill("#calc-kv-heads", "abc")  # an error showing, too
+    assert axe_violations(page) == []
+
+
+def test_without_js_the_table_and_arithmetic_stand_alone(tabs) -> None:
+    page = tabs(js=False).goto(PAGE)
+    expect(page.locator(".calc-form")).to_be_hidden()
+    table = page.locator(".calc-table table")
+    expect(table).to_be_visible()
+    assert "Each column checked against the starter's kv_bytes" in table.locator("caption").inner_text()
+    assert table.locator("thead th").all_inner_texts() == ["Defaults", "Wide", "Full"]
+    assert table.locator("tr.calc-out").last.locator("td").all_inner_texts() == ["32 B", "64 B", "96 B"]
+    assert page.locator(".calc-worked li").last.inner_text() == "Total: 2 layers × 16 = 32 B"
+
+
+def test_at_375_px_the_table_scrolls_inside_its_box(tabs) -> None:
+    page = started(tabs(width=375))
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 375
+
+
+# --- Every lab's calculators: the page's compiled JavaScript against Python ---------------------
+
+
+LABS = [lab for lab in load_project(REPO / "site.yml").labs if lab.calculators]
+
+
+@pytest.fixture(scope="module")
+def real_tabs(chromium, site_url: str):
+    with tabs_on(chromium, site_url) as open_one:
+        yield open_one
+
+
+def test_the_site_has_calculators() -> None:
+    assert LABS, "no lab declares a calculator"
+
+
+def js_outputs(page, calc_id: str, values: dict) -> dict:
+    return page.evaluate(
+        "([id, values]) => { const r = InfraLensCalc.compute(InfraLensCalculators[id], values);"
+        " return r.error ? {error: r.error} : {out: r.out}; }",
+        [calc_id, values],
+    )
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_compiled_outputs_equal_python_at_every_case_and_at_edges(real_tabs, lab) -> None:
+    tab = real_tabs()
+    page = started(tab, f"labs/{lab.id}/index.html")
+    for calc in lab.calculators:
+        checked, problems = check_calculator(calc, None)
+        assert problems == []
+        edges = [{**dict(listed_cases(calc)[0][1]), **{i.name: edge for i in calc.inputs if i.choices is None}} for edge in (0, 1, 2**53 + 1, 1e300)]
+        for values in [dict(case.values) for case in checked.cases] + edges:
+            got = js_outputs(page, calc.id, values)
+            try:
+                expected = outputs_at(calc, values)
+            except ExprError as exc:
+                assert "error" in got and got["error"].endswith(exc.message + "."), (values, got, exc.message)
+                continue
+            assert "out" in got, (values, got)
+            for name, value in expected.items():
+                assert got["out"][name] == value or math.isclose(got["out"][name], value, rel_tol=1e-12), (calc.id, name, values)
+    assert tab.errors == []
+
+
+# --- Number formatting: the page's show() against Python's, character for character ------------
+
+
+@pytest.fixture(scope="module")
+def formatter(tabs):
+    return started(tabs())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(
+        st.integers(min_value=-(10**22), max_value=10**22).map(float),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e22, max_value=1e22),
+        st.sampled_from([0.0005, 0.00099999, 0.001, 999.5, 999.95, 1023.5, 1024.0, 1048575.9, 0.125, 2.5, 1.005, -0.5]),
+    ),
+    fmt=st.sampled_from(FORMATS),
+)
+def test_the_page_shows_every_number_as_the_build_does(formatter, value: float, fmt: str) -> None:
+    unit = "FLOP/s" if fmt == "si" else "per token"
+    assert formatter.evaluate("([v, f, u]) => InfraLensCalc.show(v, f, u)", [value, fmt, unit]) == show(value, fmt, unit)
