@@ -33,6 +33,9 @@ def test_published_shapes_and_bf16_kv_bytes_per_token(name: str) -> None:
     layers, heads, kv_heads, head_dim, per_token = PUBLISHED[name]
     assert tuple(lab.PUBLISHED[name]) == (layers, heads, kv_heads, head_dim)
     assert lab.kv_cache_bytes_per_token(layers, kv_heads, head_dim, lab.BF16_BYTES) == per_token
+    # Against MHA, the cache shrinks by query heads / KV heads: 1x, 4x, 4x, 8x.
+    assert lab.mha_cache_ratio(layers, heads, kv_heads, head_dim, lab.BF16_BYTES) == heads / kv_heads
+    assert lab.kv_cache_bytes(4096, layers, kv_heads, head_dim, lab.BF16_BYTES) == 4096 * per_token
 
 
 @pytest.mark.parametrize(

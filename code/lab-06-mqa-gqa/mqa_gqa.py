@@ -92,6 +92,19 @@ def kv_cache_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int,
     return 2 * num_layers * kv_heads * head_dim * dtype_bytes
 
 
+def kv_cache_bytes(tokens: int, num_layers: int, kv_heads: int, head_dim: int,
+                   dtype_bytes: int) -> int:
+    """Return the cache of `tokens` tokens in flight, summed over every sequence in the batch."""
+    return tokens * kv_cache_bytes_per_token(num_layers, kv_heads, head_dim, dtype_bytes)
+
+
+def mha_cache_ratio(num_layers: int, num_heads: int, kv_heads: int, head_dim: int,
+                    dtype_bytes: int) -> float:
+    """Return how many times smaller the cache is than MHA's, which keeps all `num_heads` K/V heads."""
+    as_mha = kv_cache_bytes_per_token(num_layers, num_heads, head_dim, dtype_bytes)
+    return as_mha / kv_cache_bytes_per_token(num_layers, kv_heads, head_dim, dtype_bytes)
+
+
 def gqa_from_mha(mha: GroupedQueryAttention, kv_heads: int,
                  pool: str = "mean") -> GroupedQueryAttention:
     """Build GQA from an MHA checkpoint: a group's K/V heads become their mean."""
@@ -217,11 +230,14 @@ def print_report(args: argparse.Namespace) -> None:
             module = GroupedQueryAttention(d_model, heads, kv, head_dim)
             params = sum(p.numel() for p in module.parameters())
             assert params == attention_params(d_model, heads, kv, head_dim)
-            k, v = module.project_kv(x)  # measure the real cache tensors, then check the formula
-            cached = (k.nbytes + v.nbytes) // (args.batch * args.seq_len) * args.num_layers
+            k, v = module.project_kv(x)  # measure the real cache tensors, then check the formulas
+            tokens = args.batch * args.seq_len
+            total = (k.nbytes + v.nbytes) * args.num_layers
+            assert total == kv_cache_bytes(tokens, args.num_layers, kv, head_dim, x.element_size())
+            cached = total // tokens
             assert cached == kv_cache_bytes_per_token(args.num_layers, kv, head_dim, x.element_size())
             print(f"  {label} kv_heads={kv} group={heads // kv}: "
-                  f"params {params:,}, kv cache {cached:,} B/token")
+                  f"params {params:,}, kv cache {cached:,} B/token, {total:,} B for {tokens} tokens")
 
     print("\npublished configs (KV cache per token: all layers, bf16)")
     for name, shape in PUBLISHED.items():
@@ -229,9 +245,10 @@ def print_report(args: argparse.Namespace) -> None:
         d_model = shape.num_heads * shape.head_dim  # true of all four configs
         params = attention_params(d_model, shape.num_heads, shape.kv_heads, shape.head_dim)
         as_mha = kv_cache_bytes_per_token(shape.num_layers, shape.num_heads, shape.head_dim, BF16_BYTES)
+        ratio = mha_cache_ratio(*shape, BF16_BYTES)
         print(f"  {name} (layers={shape.num_layers}, heads={shape.num_heads}, kv_heads={shape.kv_heads}, "
               f"head_dim={shape.head_dim}): kv cache {per_token:,} B/token, as MHA {as_mha:,} "
-              f"({as_mha // per_token}x); attention params/layer {params:,}")
+              f"({ratio:g}x); attention params/layer {params:,}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
