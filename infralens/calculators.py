@@ -14,6 +14,7 @@ import ast
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from infralens.errors import Mark, Problem
 from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, evaluate, parse_call, parse_expr, to_js
-from infralens.models import Calculator, Lab, PresetTable, RunResult, mirrored_starter
+from infralens.models import Calculator, Lab, PresetTable, Printed, PrintedPreset, RunResult, mirrored_starter
 
 Numeric = int | float
 
@@ -33,22 +34,52 @@ CALCULATORS_FILE = "calculators.js"
 # ---------------------------------------------------------------- the probe's request
 
 
-def probe_request(calc: Calculator) -> dict:
+def printed_value(printed: Printed, stdout: str) -> Numeric | None:
+    """The number a run printed where the pattern's first group matches, scaled; None if none."""
+    match = re.search(printed.pattern, stdout)
+    try:
+        number = float(match.group(1).replace(",", "")) if match else None
+    except (IndexError, ValueError, TypeError, AttributeError):
+        return None
+    return number * printed.scale if number is not None and math.isfinite(number) else None
+
+
+def printed_values(preset: PrintedPreset, stdout: str) -> dict[str, Numeric] | None:
+    """The values a printed preset reads from a run's output, or None if any figure is missing."""
+    values = {name: printed_value(printed, stdout) for name, printed, _ in preset.printed}
+    return None if any(value is None for value in values.values()) else values
+
+
+def preset_items(calc: Calculator, stdout: str) -> list[dict]:
+    """The presets as the probe takes them, in order: listed values, or a table of the starter.
+    A printed preset is listed with what the run printed; one whose figures are missing is left out."""
+    items = []
+    for preset in calc.presets:
+        if isinstance(preset, PresetTable):
+            items.append({"table": preset.table, "fields": list(preset.fields)})
+        elif isinstance(preset, PrintedPreset):
+            values = printed_values(preset, stdout)
+            items.append({"label": preset.label, "values": values} if values is not None else {"label": preset.label, "missing": True})
+        else:
+            items.append({"label": preset.label, "values": {name: value for name, value, _ in preset.values}})
+    return items
+
+
+def probe_request(calc: Calculator, stdout: str = "") -> dict:
     """What the probe is asked for one calculator: its mirrors at the defaults and every preset."""
     names = {i.name for i in calc.inputs}
-    listed = () if isinstance(calc.presets, PresetTable) else calc.presets
     return {
         "defaults": {i.name: i.default for i in calc.inputs},
         "choices": {i.name: {name: number for name, number, _ in i.choices} for i in calc.inputs if i.choices},
-        "presets": [{"label": p.label, "values": {name: value for name, value, _ in p.values}} for p in listed],
-        "table": {"name": calc.presets.table, "fields": list(calc.presets.fields)} if isinstance(calc.presets, PresetTable) else None,
+        "presets": [item for item in preset_items(calc, stdout) if "missing" not in item],
         "mirrors": {o.name: parse_call(o.mirrors.text, names) for o in calc.outputs},
     }
 
 
-def starter_probe(lab: Lab, starter: str) -> dict | None:
-    """The probe's request for every calculator of the lab that mirrors this starter, or None."""
-    calcs = {c.id: probe_request(c) for c in lab.calculators if mirrored_starter(lab, c) == starter}
+def starter_probe(lab: Lab, starter: str, stdout: str = "") -> dict | None:
+    """The probe's request for every calculator of the lab that mirrors this starter, or None.
+    `stdout` is the starter's checked output, where printed presets are read."""
+    calcs = {c.id: probe_request(c, stdout) for c in lab.calculators if mirrored_starter(lab, c) == starter}
     return {"calculators": calcs} if calcs else None
 
 
@@ -75,6 +106,8 @@ class Case:
     values: tuple[tuple[str, Numeric | str], ...]
     """Each input's value, a choice input by its name."""
     results: tuple[tuple[str, Numeric], ...]
+    group: str = ""
+    """The group of the preset it comes from ("" for the defaults)."""
 
 
 @dataclass(frozen=True)
@@ -112,55 +145,68 @@ def agrees(ours: Numeric, theirs, tolerance: float) -> bool:
     return math.isclose(ours, theirs, rel_tol=tolerance, abs_tol=0.0)
 
 
-def listed_cases(calc: Calculator) -> list[tuple[str, dict]]:
-    """The defaults and the presets the manifest lists (a preset table's rows need the probe)."""
+def listed_cases(calc: Calculator, stdout: str = "") -> list[tuple[str, dict, str]]:
+    """The defaults and the presets known without the probe: listed ones, and printed ones the
+    output holds (a table's rows need the probe). Each as (label, values, group)."""
     defaults = {i.name: i.default for i in calc.inputs}
-    cases = [("Defaults", defaults)]
-    if not isinstance(calc.presets, PresetTable):
-        cases += [(p.label, {**defaults, **{name: value for name, value, _ in p.values}}) for p in calc.presets]
+    cases = [("Defaults", defaults, "")]
+    for preset, item in zip(calc.presets, preset_items(calc, stdout)):
+        if "values" in item:
+            cases.append((item["label"], {**defaults, **item["values"]}, preset.group))
     return cases
 
 
-def check_calculator(calc: Calculator, answer: dict | None, finished: str = "") -> tuple[Checked, list[Problem]]:
+def check_calculator(calc: Calculator, answer: dict | None, finished: str = "", stdout: str = "") -> tuple[Checked, list[Problem]]:
     """Compare a calculator's outputs with the probe's answers, case by case.
 
-    Without answers (no check has probed this version), the listed cases are computed and the
-    result is not verified. A problem points at the manifest: a preset the table gives wrongly at
-    the table's `from`, a call that failed at its `mirrors`, a disagreeing value at its `expr`.
+    Without answers (no check has probed this version), the cases known without the probe are
+    computed and the result is not verified. A problem points at the manifest: a preset the table
+    gives wrongly at the table's `from`, a printed figure the run did not print at its pattern, a
+    call that failed at its `mirrors`, a disagreeing value at its `expr`.
     """
     if answer is None:
-        cases = [Case(label, tuple(values.items()), tuple(outputs_at(calc, values).items())) for label, values in listed_cases(calc)]
+        cases = [Case(label, tuple(values.items()), tuple(outputs_at(calc, values).items()), group) for label, values, group in listed_cases(calc, stdout)]
         return Checked(calc, tuple(cases), False), []
     problems: list[Problem] = []
+    for preset in calc.presets:
+        if isinstance(preset, PrintedPreset):
+            for _, printed, _ in preset.printed:
+                if printed_value(printed, stdout) is None:
+                    problems.append(Problem(printed.mark, f"preset {preset.label!r}: the checked run printed nothing that matches {printed.pattern!r} (with a number in its first group)"))
     if "error" in answer:
-        where = calc.presets.mark if isinstance(calc.presets, PresetTable) else calc.mark
-        return Checked(calc, (), False), [Problem(where, f"calculator {calc.id!r}: the starter's presets cannot be read: {answer['error']}")]
+        item = answer.get("item")
+        where = calc.presets[item].mark if isinstance(item, int) and item < len(calc.presets) else calc.mark
+        return Checked(calc, (), False), problems + [Problem(where, f"calculator {calc.id!r}: the starter's presets cannot be read: {answer['error']}")]
     cases = []
     wrong: dict[str, list[tuple[str, str, Mark]]] = {}  # output → (case, what went wrong, where), in case order
     for case in answer["cases"]:
         label = "Defaults" if case["label"] == "defaults" else case["label"]
         where = "the defaults" if label == "Defaults" else f"preset {label!r}"
+        item = case.get("item")
+        source = calc.presets[item] if isinstance(item, int) and 0 <= item < len(calc.presets) else None
         values = case["values"]
         refused = [p for i in calc.inputs if (p := i.refuse(values.get(i.name)))]
         if refused:
-            mark = calc.presets.mark if isinstance(calc.presets, PresetTable) else calc.mark
-            problems.append(Problem(mark, f"calculator {calc.id!r}: {where} from the starter's table: {refused[0]}"))
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: {where} from the starter's table: {refused[0]}"))
             continue
         try:
             results = outputs_at(calc, values)
         except ExprError as exc:
-            problems.append(Problem(calc.mark, f"calculator {calc.id!r}: at {where}: {exc.message}"))
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: at {where}: {exc.message}"))
             continue
         for output in calc.outputs:
             got = case["answers"].get(output.name, {"error": "no answer"})
+            theirs = got.get("value")
+            theirs = int(theirs) if isinstance(theirs, bool) else theirs  # a yes/no of the starter is 1 or 0
             if "error" in got:
                 wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} raised {got['error']}", output.mirrors.mark))
-            elif isinstance(got["value"], bool) or not isinstance(got["value"], (int, float)):
-                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} gave {json.dumps(got['value'])[:80]}, not a number", output.mirrors.mark))
-            elif not agrees(results[output.name], got["value"], output.tolerance):
-                said = f"expr: at {where}, {output.name} = {results[output.name]!r} but the starter's {output.mirrors.text} gives {got['value']!r}"
+            elif not isinstance(theirs, (int, float)):
+                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} gave {json.dumps(theirs)[:80]}, not a number", output.mirrors.mark))
+            elif not agrees(results[output.name], theirs, output.tolerance):
+                said = f"expr: at {where}, {output.name} = {results[output.name]!r} but the starter's {output.mirrors.text} gives {theirs!r}"
                 wrong.setdefault(output.name, []).append((where, said, output.expr.mark))
-        cases.append(Case(label, tuple((i.name, values[i.name]) for i in calc.inputs), tuple(results.items())))
+        group = source.group if source else ""
+        cases.append(Case(label, tuple((i.name, values[i.name]) for i in calc.inputs), tuple(results.items()), group))
     for found in wrong.values():  # one problem per output: its first case, and how many more
         (_, message, mark), rest = found[0], [where for where, _, _ in found[1:]]
         more = f" (also at {', '.join(rest)})" if rest else ""
@@ -200,8 +246,9 @@ def _each(lab: Lab, runs: dict[str, RunResult]):
     for calc in lab.calculators:
         path = mirrored_starter(lab, calc)
         result = runs.get(path)
-        answers = stored_answers(result, starter_probe(lab, path))
-        one, problems = check_calculator(calc, answers.get(calc.id) if answers else None, result.finished if result else "")
+        stdout = result.stdout if result is not None and result.passed else ""
+        answers = stored_answers(result, starter_probe(lab, path, stdout))
+        one, problems = check_calculator(calc, answers.get(calc.id) if answers else None, result.finished if result else "", stdout)
         yield calc, one, problems
 
 
@@ -463,7 +510,8 @@ def calculator_data(checked: Checked) -> dict:
             "min": i.min, "max": i.max,
             "choices": {name: number for name, number, _ in i.choices} if i.choices else None,
         } for i in calc.inputs],
-        "presets": [{"label": case.label, "values": dict(case.values)} for case in checked.cases],
+        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in checked.cases],
+        "groups": calc.groups(),
         "outputs": outputs,
     }
 
@@ -510,6 +558,8 @@ class CalcView:
     functions: tuple[str, ...]
     """The starter's functions its outputs mirror, in order."""
     cases: tuple[str, ...]
+    groups: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
+    """Rows of preset buttons: (group, ((index of the case, label), ...)); the defaults lead the first."""
     rows: tuple[Row, ...]
     results: tuple[Result, ...]
 
@@ -527,4 +577,8 @@ def calculator_view(checked: Checked) -> CalcView:
     if defaults is not None:
         shown = dict(defaults.results)
         results = tuple(Result(o.name, o.label, show(shown[o.name], o.format, o.unit), line) for o, (_, line) in zip(calc.outputs, worked(calc, defaults)))
-    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), results)
+    groups: dict[str, list[tuple[int, str]]] = {group: [] for group in calc.groups()}
+    for index, case in enumerate(cases):
+        groups.setdefault(case.group or next(iter(groups), ""), []).append((index, case.label))
+    shown = tuple((group, tuple(members)) for group, members in groups.items() if members)
+    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), shown, tuple(rows), results)

@@ -328,6 +328,12 @@ DEFAULT_TOLERANCE = 1e-9
 
 Numeric = int | float
 
+DEFAULT_GROUP = "Presets"
+GROUP_DOC = (
+    "The row of buttons the preset joins (default 'Presets'). A preset sets every input its group's "
+    "presets set, so picking hardware keeps the operator picked in another group."
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalcInput:
@@ -416,10 +422,16 @@ class PresetTable:
     table: str = declared(Text("A module-level mapping of the starter, e.g. `REFERENCE_MODELS`: each key a preset's label.", IDENTIFIER, "a name like 'REFERENCE_MODELS'"), required=True, key="from")
     fields: tuple[str, ...] = declared(ListOf(
         Text(pattern=IDENTIFIER, pattern_hint="an input's name"),
-        "The inputs an entry sets: in order when entries are lists or tuples, by name when they are mappings or dataclasses.",
+        "The inputs an entry sets: in order when entries are lists or tuples, by name when they are "
+        "mappings or dataclasses (a single number sets the one field).",
         min_items=1,
     ), required=True)
+    group: str = declared(Text(GROUP_DOC), default=DEFAULT_GROUP)
     mark: Mark = derived("Where `from` is written.")
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return self.fields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -428,10 +440,64 @@ class Preset:
 
     label: str = declared(Text("The preset's name, e.g. 'Llama-3-8B'."), required=True)
     values: tuple[tuple[str, Numeric | str, Mark], ...] = declared(
-        MappingOf(Value(text=True), "Input name → value; inputs left out keep their defaults.", min_items=1, key_pattern=IDENTIFIER, key_hint="an input's name"),
+        MappingOf(Value(text=True), "Input name → value; inputs its group sets and it leaves out take their defaults.", min_items=1, key_pattern=IDENTIFIER, key_hint="an input's name"),
         required=True,
     )
+    group: str = declared(Text(GROUP_DOC), default=DEFAULT_GROUP)
     mark: Mark = derived("Where the preset is declared.")
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Printed:
+    """A figure the starter's checked run printed, read as an input's value."""
+
+    pattern: str = declared(Regex("A regex whose first group matches the number in the run's output, e.g. `peak compute: ([\\d.]+) GFLOP/s`."), required=True)
+    scale: Numeric = declared(Value("What the printed number is multiplied by (e.g. 1e9 for GFLOP/s into FLOP/s; default 1)."), default=1)
+    mark: Mark = derived("Where the pattern is written.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrintedPreset:
+    """A preset whose values the starter's checked run printed (a measured ceiling, say)."""
+
+    label: str = declared(Text("The preset's name, e.g. 'This machine (measured)'."), required=True)
+    printed: tuple[tuple[str, Printed, Mark], ...] = declared(
+        MappingOf(record(Printed, "printed value", finish=lambda f, ctx: {"mark": f.marks["pattern"]}), "Input name → {pattern, scale}.", min_items=1, key_pattern=IDENTIFIER, key_hint="an input's name"),
+        required=True,
+    )
+    group: str = declared(Text(GROUP_DOC), default=DEFAULT_GROUP)
+    mark: Mark = derived("Where the preset is declared.")
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.printed)
+
+
+PresetSource = Preset | PresetTable | PrintedPreset
+
+
+class PresetItem(Spec):
+    """One entry of `presets`: a listed preset, a table of the starter (`from`), or printed figures (`printed`)."""
+
+    def __init__(self) -> None:
+        self.doc = "A listed preset {label, values}, a table of the starter {from, fields}, or figures its run printed {label, printed}; each may name a `group`."
+        self.kinds = {
+            "from": record(PresetTable, "preset table", finish=lambda f, ctx: {"mark": f.marks["from"]}),
+            "printed": record(PrintedPreset, "printed preset", finish=lambda f, ctx: {"mark": f.mark}),
+            "": record(Preset, "preset", finish=lambda f, ctx: {"mark": f.mark}),
+        }
+
+    def check(self, node, ctx: Context):
+        keys = {scalar_value(k) for k, _ in node.value if isinstance(k, yaml.ScalarNode)} if isinstance(node, yaml.MappingNode) else set()
+        kind = "from" if "from" in keys else "printed" if "printed" in keys else ""
+        return self.kinds[kind].check(node, ctx)
+
+    def json_schema(self) -> dict:
+        return {"anyOf": [spec.json_schema() for spec in self.kinds.values()], "description": self.doc}
 
 
 def named_inputs(request) -> list[str]:
@@ -485,28 +551,39 @@ def _calculator(f: Fields, ctx: Context) -> dict:
                 if by_name[name].choices is None:
                     refuse(output.mirrors.mark, f"mirrors: {name}.name: only an input with choices has a name; {name!r} is a number")
         readable.add(output.name)
+    presets = (presets,) if isinstance(presets, PresetTable) else presets
     cases = [("the defaults", {i.name: i.default for i in inputs})]
-    if isinstance(presets, PresetTable):
-        for name in presets.fields:
-            if name not in by_name:
-                hint = did_you_mean(name, by_name) or f" (inputs: {', '.join(by_name)})"
-                refuse(presets.mark, f"fields: {name!r} is not an input{hint}")
-        if len(set(presets.fields)) != len(presets.fields):
-            refuse(presets.mark, "fields: an input is listed twice")
-    else:
-        labels: set[str] = set()
-        for preset in presets:
-            if preset.label in labels:
-                refuse(preset.mark, f"duplicate preset {preset.label!r}")
-            labels.add(preset.label)
-            values = {i.name: i.default for i in inputs}
-            for name, value, mark in preset.values:
+    labels: set[str] = set()
+    groups: dict[str, set[str]] = {}
+    for preset in presets:
+        groups.setdefault(preset.group, set()).update(preset.sets)
+    for preset in presets:
+        if isinstance(preset, PresetTable):
+            for name in preset.fields:
+                if name not in by_name:
+                    hint = did_you_mean(name, by_name) or f" (inputs: {', '.join(by_name)})"
+                    refuse(preset.mark, f"fields: {name!r} is not an input{hint}")
+            if len(set(preset.fields)) != len(preset.fields):
+                refuse(preset.mark, "fields: an input is listed twice")
+            continue
+        if preset.label in labels or preset.label == "Defaults":
+            refuse(preset.mark, f"duplicate preset {preset.label!r}")
+        labels.add(preset.label)
+        if isinstance(preset, PrintedPreset):
+            for name, _, mark in preset.printed:
                 if name not in by_name:
                     refuse(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
-                elif problem := by_name[name].refuse(value):
-                    refuse(mark, f"preset {preset.label!r}: {problem}")
-                values[name] = value
-            cases.append((f"preset {preset.label!r}", values))
+                elif by_name[name].choices is not None:
+                    refuse(mark, f"preset {preset.label!r}: {name!r} has choices; a printed figure sets a number")
+            continue
+        values = {i.name: i.default for i in inputs}
+        for name, value, mark in preset.values:
+            if name not in by_name:
+                refuse(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
+            elif problem := by_name[name].refuse(value):
+                refuse(mark, f"preset {preset.label!r}: {problem}")
+            values[name] = value
+        cases.append((f"preset {preset.label!r}", values))
     if not ok:
         return INVALID
     for where, values in cases:
@@ -517,7 +594,7 @@ def _calculator(f: Fields, ctx: Context) -> dict:
             except ExprError as exc:
                 refuse(output.expr.at(exc.offset), f"expr: at {where}: {exc.message}")
                 break
-    return {"mark": f.mark} if ok else INVALID
+    return {"mark": f.mark, "presets": presets} if ok else INVALID
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -530,12 +607,13 @@ class Calculator:
     after: str | None = declared(Text("The key block (its name) whose note the block follows; default: after the last note."))
     starter: str | None = declared(Text("The starter whose values it mirrors (default: the previewed one)."))
     inputs: tuple[CalcInput, ...] = declared(ListOf(record(CalcInput, "input", finish=_calc_input), "The values a reader sets.", min_items=1), required=True)
-    presets: PresetTable | tuple[Preset, ...] = declared(
+    presets: tuple[PresetSource, ...] = declared(
         Either(
             mapping=record(PresetTable, "preset table", finish=lambda f, ctx: {"mark": f.marks["from"]}),
-            sequence=ListOf(record(Preset, "preset", finish=lambda f, ctx: {"mark": f.mark}), min_items=1),
+            sequence=ListOf(PresetItem(), min_items=1),
             expected="a {from, fields} mapping or a list of presets",
-            doc="Named input sets: read from a table of the starter (`from`, `fields`), or listed.",
+            doc="Named input sets: one table of the starter (`from`, `fields`), or a list of listed "
+                "presets, tables and printed figures. Presets of one `group` share a row of buttons.",
         ),
         default=(),
     )
@@ -544,6 +622,13 @@ class Calculator:
 
     def input(self, name: str) -> CalcInput:
         return next(i for i in self.inputs if i.name == name)
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Each group of presets, in order, with the inputs its presets set (in input order)."""
+        sets: dict[str, set[str]] = {}
+        for preset in self.presets:
+            sets.setdefault(preset.group, set()).update(preset.sets)
+        return {group: tuple(i.name for i in self.inputs if i.name in names) for group, names in sets.items()}
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ as JSON, to SPEC's "output":
   argument is a number, a string, or itself a {"call": ...}; then each attribute or key of
   "attrs" read from what it returned (all of it when "attrs" is absent).
 - "calculators": {"id": {"defaults": {...}, "choices": {input: {name: number}}, "presets": [{"label",
-  "values"}], "table": {"name", "fields"} or null, "mirrors": {output: request}}}: each output's
-  request answered at the defaults and at each preset, a preset table's entries read first. In a
-  request, {"input": name} stands for the case's number of that input ({"input": name, "name":
-  true} for its choice's name), and "path" lists the attribute, key or index steps into the result.
-  Each case comes back with its label, its values (a choice input by its name) and its answers.
+  "values"} or {"table", "fields"}], "mirrors": {output: request}}}: each output's request answered
+  at the defaults and at each preset in order, a table's entries read in its place. In a request,
+  {"input": name} stands for the case's number of that input ({"input": name, "name": true} for its
+  choice's name), and "path" lists the attribute, key or index steps into the result. Each case
+  comes back with its label, the index of the preset item it came from ("item", null for the
+  defaults), its values (a choice input by its name) and its answers; a bool answer is a number.
 Each answer is {"value": ...} or {"error": "TypeError: ..."}: one bad request does not hide the
 others. Values are plain data: numbers, strings, lists, string-keyed dicts, dataclasses as their
 fields, one-element tensors and NumPy scalars as numbers; anything else is an error naming its type.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 import runpy
 import sys
@@ -46,6 +48,8 @@ def plain(value, budget: list[int] | None = None):
         raise Unanswerable(f"more than {MAX_ITEMS:,} values")
     if value is None or isinstance(value, (bool, int, str)):
         return value
+    if isinstance(value, numbers.Rational) and not isinstance(value, int):
+        return plain(float(value), budget)  # a Fraction (an exact intensity, say) as the float a page holds
     if isinstance(value, float):
         if not math.isfinite(value):
             raise Unanswerable(f"a value that is not finite ({value!r})")
@@ -148,13 +152,15 @@ def fill(request, numbers: dict, names: dict):
 
 def table_cases(namespace: dict, table: dict, choices: dict) -> list[tuple[str, dict]]:
     """The presets a table of the starter holds: (its key, the values its entry gives the fields)."""
-    rows = resolve(namespace, table["name"])
+    rows = resolve(namespace, table["table"])
     if not isinstance(rows, dict) or not rows:
-        raise Unanswerable(f"{table['name']!r} is not a mapping of presets ({type(rows).__qualname__})")
+        raise Unanswerable(f"{table['table']!r} is not a mapping of presets ({type(rows).__qualname__})")
     fields = table["fields"]
     cases = []
     for label, entry in rows.items():
         entry = plain(entry)
+        if isinstance(entry, (int, float)) and not isinstance(entry, bool) and len(fields) == 1:
+            entry = [entry]  # a table of single numbers sets its one field
         if isinstance(entry, list):
             if len(entry) != len(fields):
                 raise Unanswerable(f"entry {label!r} holds {len(entry)} values for {len(fields)} fields")
@@ -174,21 +180,24 @@ def table_cases(namespace: dict, table: dict, choices: dict) -> list[tuple[str, 
 
 
 def calculator(namespace: dict, spec: dict) -> dict:
-    """Answer one calculator's mirrors at its defaults and at each of its presets."""
+    """Answer one calculator's mirrors at its defaults and at each of its presets, in order."""
     choices = spec.get("choices", {})
-    cases = [("defaults", {})] + [(preset["label"], preset["values"]) for preset in spec.get("presets", [])]
-    if spec.get("table"):
-        try:
-            cases += table_cases(namespace, spec["table"], choices)
-        except Exception as error:
-            return {"error": f"{type(error).__name__}: {error}", "cases": []}
+    cases: list[tuple[str, dict, int | None]] = [("defaults", {}, None)]
+    for index, item in enumerate(spec.get("presets", [])):
+        if "table" in item:
+            try:
+                cases += [(label, values, index) for label, values in table_cases(namespace, item, choices)]
+            except Exception as error:
+                return {"error": f"{type(error).__name__}: {error}", "item": index, "cases": []}
+        else:
+            cases.append((item["label"], item["values"], index))
     answered = []
-    for label, given in cases:
+    for label, given, index in cases:
         values = {**spec["defaults"], **given}
         names = {name: value for name, value in values.items() if name in choices}
         numbers = {name: choices[name].get(value, value) if name in choices else value for name, value in values.items()}
         answers = {output: answer(namespace, fill(request, numbers, names)) for output, request in spec["mirrors"].items()}
-        answered.append({"label": label, "values": values, "answers": answers})
+        answered.append({"label": label, "item": index, "values": values, "answers": answers})
     return {"cases": answered}
 
 

@@ -458,24 +458,24 @@ def run_or_recall(
     """
     from infralens.calculators import probe_digest, starter_probe
 
-    request = starter_probe(lab, starter.path)
     if store is None:
-        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans), root, starter, request, running, sandbox)
+        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans), lab, root, starter, running, sandbox)
     key = run_key(root, starter)
     if use_cache:
         stored = store.load(key)
         if stored is not None and stored.traced == spans:
             # The manifest may have moved since; point failures at where the starter is declared now.
             result = replace(stored, lab=lab.id, mark=starter.mark, cached=True)
+            request = starter_probe(lab, starter.path, stored.stdout)
             if stored.passed and request is not None and stored.probed != probe_digest(request):
-                result = probed(result, root, starter, request, running, sandbox)
+                result = probed(result, lab, root, starter, running, sandbox)
                 if running is None or not running.stopping:
                     store.update(key, result)
             return result
     staging = store.staging(key)
     try:
         result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans)
-        result = probed(result, root, starter, request, running, sandbox)
+        result = probed(result, lab, root, starter, running, sandbox)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -490,15 +490,17 @@ MAX_ANSWER_BYTES = 1 << 20
 """Largest answers file read back from the probe: a calculator's few cases are a few kilobytes."""
 
 
-def probed(result: RunResult, root: Path, starter: Starter, request: dict | None, running: Running | None, sandbox: Sandbox | None) -> RunResult:
-    """A passed result with the parity probe's answers to `request` (see infralens/probe.py).
+def probed(result: RunResult, lab: Lab, root: Path, starter: Starter, running: Running | None, sandbox: Sandbox | None) -> RunResult:
+    """A passed result with the parity probe's answers for the lab's calculators that mirror the
+    starter (see infralens/probe.py); printed presets are read from the result's own output.
 
     The probe imports the starter in a process of its own, supervised and sandboxed like a run,
     and answers as plain JSON; when it cannot answer at all, every calculator gets the reason.
     """
-    from infralens.calculators import probe_digest
+    from infralens.calculators import probe_digest, starter_probe
 
-    if request is None or not result.passed:
+    request = starter_probe(lab, starter.path, result.stdout) if result.passed else None
+    if request is None:
         return result
     assert starter.run is not None
     source = (root / starter.path).resolve()

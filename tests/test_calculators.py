@@ -14,6 +14,7 @@ from infralens.calculators import (
     arithmetic,
     check_calculator,
     check_lab_calculators,
+    listed_cases,
     probe_request,
     show,
     significant,
@@ -340,4 +341,61 @@ def test_editing_only_the_calculator_probes_again_without_running_the_starter(ca
     assert again.returncode == 0, again.stdout + again.stderr
     assert "(stored result)" in again.stdout  # the run was recalled; only the probe ran
     assert run_infralens("build", "--out", "out", cwd=calc_site).returncode == 0
-    assert '"label":"Wide","values":{"layers":2,"heads":16' in (calc_site / "out/labs/lab-01-calc/calculators.js").read_text()
+    assert '"label":"Wide","group":"Presets","values":{"layers":2,"heads":16' in (calc_site / "out/labs/lab-01-calc/calculators.js").read_text()
+
+
+# --- Every lab's calculators against its own starter ------------------------------------------
+
+
+def _labs_with_calculators():
+    from infralens.build import load_project
+
+    return [lab for lab in load_project(REPO / "site.yml").labs if lab.calculators]
+
+
+@pytest.mark.starters
+@pytest.mark.parametrize("lab", _labs_with_calculators(), ids=lambda lab: lab.id)
+def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(lab) -> None:
+    """The parity `check` proves, asked of the starter directly: each output at every case."""
+    from infralens.models import mirrored_starter
+    from infralens.runner import probed
+
+    runs = {}
+    for path in {mirrored_starter(lab, calc) for calc in lab.calculators}:
+        starter = next(s for s in lab.starters if s.path == path)
+        passed = RunResult(lab.id, path, "passed", 0.0, 0, "", "", "", starter.mark, finished="2026-11-24T00:00:00Z")
+        runs[path] = probed(passed, lab, REPO, starter, None, None)
+    checked, problems = check_lab_calculators(lab, runs)
+    assert [str(p) for p in problems] == []
+    assert all(one.verified for one in checked)
+    for one in checked:  # a preset table that reads as nothing would verify nothing
+        assert len(one.cases) >= 2, f"{one.calc.id}: only its defaults were checked"
+
+
+@pytest.mark.unit
+def test_presets_in_groups_set_only_what_their_group_sets() -> None:
+    text = CALC.replace("{label: Wide, values: {heads: 8}}", "{label: Wide, values: {heads: 8}, group: Shape}").replace(
+        "{label: Full, values: {dtype: fp32, layers: 3}}", "{label: Full, values: {dtype: fp32, layers: 3}, group: Precision}")
+    calc = lab_with(text).calculators[0]
+    assert calc.groups() == {"Shape": ("heads",), "Precision": ("layers", "dtype")}
+    checked, _ = check_calculator(calc, None)
+    assert [(case.label, case.group) for case in checked.cases] == [("Defaults", ""), ("Wide", "Shape"), ("Full", "Precision")]
+
+
+PRINTED = CALC.replace("      - {label: Full, values: {dtype: fp32, layers: 3}}\n", "      - {label: Measured, printed: {heads: {pattern: 'heads: (\\d+)', scale: 2}}}\n")
+
+
+@pytest.mark.unit
+def test_a_printed_preset_reads_the_checked_runs_output() -> None:
+    calc = lab_with(PRINTED).calculators[0]
+    assert [label for label, _, _ in listed_cases(calc, "heads: 6\n")] == ["Defaults", "Wide", "Measured"]
+    request = probe_request(calc, "heads: 6\n")
+    assert request["presets"][1] == {"label": "Measured", "values": {"heads": 12.0}}  # printed 6, scaled by 2
+    assert probe_request(calc, "")["presets"] == [{"label": "Wide", "values": {"heads": 8}}]  # not printed: not asked
+
+
+@pytest.mark.unit
+def test_a_printed_figure_the_run_did_not_print_is_an_error_at_its_pattern() -> None:
+    calc = lab_with(PRINTED).calculators[0]
+    _, problems = check_calculator(calc, {"cases": []}, stdout="no such line")
+    assert [str(p) for p in problems] == ["labs/lab-01-calc.yml:33:54: error: preset 'Measured': the checked run printed nothing that matches 'heads: (\\\\d+)' (with a number in its first group)"]

@@ -118,6 +118,8 @@ const InfraLensCalc = (() => {
     const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
     const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
     const control = (name) => form.elements.namedItem(name);
+    // The defaults set every input; a preset, the inputs its group sets (hardware keeps the operator).
+    const fields = (preset) => (preset.group ? calc.groups[preset.group] : calc.inputs.map((f) => f.name));
     const defaults = calc.presets[0].values;
     const current = () => {
       const values = {}, errors = [];
@@ -139,8 +141,8 @@ const InfraLensCalc = (() => {
       });
       status.textContent = result.error || "";
       section.querySelectorAll("[data-preset]").forEach((button) => {
-        const preset = calc.presets[button.dataset.preset].values;
-        button.setAttribute("aria-pressed", String(calc.inputs.every((f) => preset[f.name] === values[f.name])));
+        const preset = calc.presets[button.dataset.preset];
+        button.setAttribute("aria-pressed", String(fields(preset).every((name) => preset.values[name] === values[name])));
       });
       const changed = calc.inputs.filter((f) => values[f.name] !== undefined && values[f.name] !== defaults[f.name]);
       const query = changed.map((f) => `${f.name}=${encodeURIComponent(values[f.name])}`).join("&");
@@ -164,7 +166,8 @@ const InfraLensCalc = (() => {
     form.addEventListener("input", update);
     form.addEventListener("submit", (event) => event.preventDefault());
     section.querySelectorAll("[data-preset]").forEach((button) => {
-      button.addEventListener("click", () => fill(calc.presets[button.dataset.preset].values));
+      const preset = calc.presets[button.dataset.preset];
+      button.addEventListener("click", () => fill(Object.fromEntries(fields(preset).map((name) => [name, preset.values[name]]))));
     });
     addEventListener("hashchange", fromAddress);
     if (!fromAddress()) update();
