@@ -15,12 +15,14 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters
 
 STARTER = REPO / "code/lab-11-ddp-zero-memory/ddp_zero_memory.py"
+MANIFEST = REPO / "labs/lab-11-ddp-zero-memory.yml"
 ddp_zero = load_starter(STARTER)
 
 FIGURE_1_GB = {
@@ -52,6 +54,37 @@ def test_savings_approach_the_papers_4x_and_8x_and_gpt2_needs_24_gb() -> None:
     assert baseline / ledger["ZeRO-1 (P_os)"] == pytest.approx(4, rel=1e-6)
     assert baseline / ledger["ZeRO-2 (P_os+g)"] == pytest.approx(8, rel=1e-6)
     assert ddp_zero.zero_ledger(1.5e9, 1)["DDP (replicated)"] == pytest.approx(24e9)
+
+
+def test_ledger_is_exact_bytes_and_a_sharded_state_rounds_up_to_whole_parameters() -> None:
+    assert ddp_zero.zero_ledger(10, 4) == {  # 10 parameters in 4 shards: 3 per rank, the last padded
+        "DDP (replicated)": 160,
+        "ZeRO-1 (P_os)": 4 * 10 + 12 * 3,
+        "ZeRO-2 (P_os+g)": 2 * 10 + 14 * 3,
+        "ZeRO-3 (P_os+g+p)": 16 * 3,
+    }
+    assert all(type(b) is int for b in ddp_zero.zero_ledger(7.5e9, 64).values())
+
+
+def llama_2_7b_parameters() -> int:
+    # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json: vocab_size 32000,
+    # hidden_size 4096, intermediate_size 11008, num_hidden_layers 32, untied embeddings, no biases.
+    vocab, hidden, ffn, layers = 32000, 4096, 11008, 32
+    per_layer = 4 * hidden * hidden + 3 * hidden * ffn + 2 * hidden  # q, k, v, o; gate, up, down; 2 RMSNorms
+    return 2 * vocab * hidden + layers * per_layer + hidden  # embeddings, lm_head, layers, final norm
+
+
+def test_calculator_preset_is_llama_2_7b_on_one_8_gpu_node() -> None:
+    assert llama_2_7b_parameters() == 6_738_415_616
+    (calc,) = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))["calculators"]
+    (preset,) = calc["presets"]
+    assert preset == {"label": "Llama-2-7B, 8 GPUs", "values": {"params": llama_2_7b_parameters(), "ranks": 8}}
+    assert ddp_zero.zero_ledger(llama_2_7b_parameters(), 8) == {
+        "DDP (replicated)": 107_814_649_856,
+        "ZeRO-1 (P_os)": 37_061_285_888,
+        "ZeRO-2 (P_os+g)": 25_269_058_560,
+        "ZeRO-3 (P_os+g+p)": 13_476_831_232,
+    }
 
 
 def test_printed_ledger_carries_the_published_figures(capsys: pytest.CaptureFixture[str]) -> None:

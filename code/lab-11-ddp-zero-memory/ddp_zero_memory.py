@@ -54,14 +54,16 @@ class RankFailure(RuntimeError):
 
 
 # region ledger
-def zero_ledger(num_params: float, num_ranks: int) -> dict[str, float]:
+def zero_ledger(num_params: float, num_ranks: int) -> dict[str, int]:
     """Return the bytes of model states one rank holds under DDP and each ZeRO stage."""
-    weights, grads, optimizer = (b * num_params for b in (WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES))
+    psi = round(num_params)  # whole parameters, so every entry is a whole number of bytes
+    shard = -(-psi // num_ranks)  # parameters per rank of a sharded state: ceil, the last shard padded
+    weights, grads, optimizer = WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES  # bytes per parameter
     return {
-        "DDP (replicated)": weights + grads + optimizer,
-        "ZeRO-1 (P_os)": weights + grads + optimizer / num_ranks,
-        "ZeRO-2 (P_os+g)": weights + (grads + optimizer) / num_ranks,
-        "ZeRO-3 (P_os+g+p)": (weights + grads + optimizer) / num_ranks,
+        "DDP (replicated)": (weights + grads + optimizer) * psi,
+        "ZeRO-1 (P_os)": (weights + grads) * psi + optimizer * shard,
+        "ZeRO-2 (P_os+g)": weights * psi + (grads + optimizer) * shard,
+        "ZeRO-3 (P_os+g+p)": (weights + grads + optimizer) * shard,
     }
 
 
