@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 
 from conftest import REPO, load_starter
 
@@ -39,8 +40,11 @@ GiB = 2**30
 
 def llama_parameters(name: str) -> int:
     """Count a Llama-2 checkpoint's parameters from its config: untied embeddings, SwiGLU, no biases."""
-    hidden, heads, kv_heads, layers = PUBLISHED[name]
-    intermediate, vocab = FFN_AND_VOCAB[name]
+    return decoder_parameters(*PUBLISHED[name], *FFN_AND_VOCAB[name])
+
+
+def decoder_parameters(hidden: int, heads: int, kv_heads: int, layers: int, intermediate: int, vocab: int) -> int:
+    """Count a Llama-style decoder's parameters: untied embeddings, SwiGLU, no biases, RMSNorm."""
     kv_width = kv_heads * (hidden // heads)
     attention = 2 * hidden * hidden + 2 * hidden * kv_width  # q_proj, o_proj; k_proj, v_proj
     mlp = 3 * hidden * intermediate  # gate_proj, up_proj, down_proj
@@ -183,3 +187,98 @@ def test_decode_step_table_prints_the_tested_figures(capsys) -> None:
     assert "= 13,214,687,232 / 524,288 = 25,205.02 tokens, i.e. from 25,206 tokens on" in out
     assert "caches outweigh the weights held: 7 (7 * 2,147,483,648 = 15,032,385,536 > 13,476,831,232" in out
     assert "= 137,429,008,384 / 327,680 = 419,400.05 tokens, i.e. from 419,401 tokens on" in out
+
+
+# The calculator "How many sequences fit on one GPU" (labs/lab-07-kv-cache.yml) presets two more
+# published models. Hugging Face config.json of meta-llama/Meta-Llama-3-8B,
+# https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json, and of
+# mistralai/Mistral-7B-v0.1, https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json:
+# both have hidden_size 4096, 32 attention heads, 8 key/value heads, 32 layers, intermediate_size
+# 14336 and tie_word_embeddings false; vocab_size is 128256 (Llama-3-8B) and 32000 (Mistral-7B).
+# Their parameter counts, 8,030,261,248 and 7,241,732,096, are the general.parameter_count of their
+# GGUF conversions and follow from those shapes below.
+OTHER_PUBLISHED = {  # name: (hidden_size, heads, kv_heads, layers, intermediate_size, vocab_size)
+    "Llama-3-8B": (4096, 32, 8, 32, 14336, 128256),
+    "Mistral-7B": (4096, 32, 8, 32, 14336, 32000),
+}
+OTHER_PARAMETERS = {"Llama-3-8B": 8_030_261_248, "Mistral-7B": 7_241_732_096}
+
+# GPU memory as the NVIDIA datasheets state it, in GB (10**9 bytes):
+# A100 40GB and A100 80GB, https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+# H100 SXM 80GB, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+# H200 141GB, https://www.nvidia.com/en-us/data-center/h200/
+DATASHEET_GB = {"A100 40GB": 40, "A100 80GB": 80, "H100 80GB": 80, "H200 141GB": 141}
+
+MANIFEST = REPO / "labs/lab-07-kv-cache.yml"
+
+
+def calculator(calc_id: str = "kv-fit") -> dict:
+    manifest = yaml.safe_load(MANIFEST.read_text())
+    return next(c for c in manifest["calculators"] if c["id"] == calc_id)
+
+
+@pytest.mark.parametrize("name", OTHER_PUBLISHED)
+def test_other_parameter_counts_follow_from_their_configs(name: str) -> None:
+    assert decoder_parameters(*OTHER_PUBLISHED[name]) == OTHER_PARAMETERS[name]
+
+
+def test_gpu_memory_is_the_datasheet_figure() -> None:
+    assert kv.GPU_MEMORY == {gpu: gb * 10**9 for gpu, gb in DATASHEET_GB.items()}
+
+
+def test_calculator_gpu_choices_are_the_starters_table() -> None:
+    gpu = next(i for i in calculator()["inputs"] if i["name"] == "gpu")
+    assert gpu["choices"] == kv.GPU_MEMORY
+
+
+def test_calculator_presets_match_the_starters_tables_and_the_published_configs() -> None:
+    calc = calculator()
+    defaults = {i["name"]: i["default"] for i in calc["inputs"]}
+    presets = {p["label"]: {**defaults, **p["values"]} for p in calc["presets"]}
+    assert set(presets) == {*kv.REFERENCE_MODELS, *OTHER_PUBLISHED}
+    for name, values in presets.items():
+        shape = (values["layers"], values["kv_heads"], values["head_dim"])
+        if name in kv.REFERENCE_MODELS:  # the Llama-2 presets repeat the starter's tables
+            assert shape == kv.REFERENCE_MODELS[name]
+            assert values["params"] == kv.REFERENCE_WEIGHTS[name][0]
+        else:
+            hidden, heads, kv_heads, layers, _, _ = OTHER_PUBLISHED[name]
+            assert shape == (layers, kv_heads, hidden // heads)
+            assert values["params"] == OTHER_PARAMETERS[name]
+    # The defaults are Llama-2-7B in bf16 at 4,096 tokens.
+    assert presets["Llama-2-7B"] == defaults
+    assert (defaults["cache_dtype"], defaults["weight_dtype"], defaults["context"]) == ("bf16", "bf16", 4096)
+
+
+@pytest.mark.parametrize("gpu, weights, sequence, fit",
+                         [(10, 4, 3, 2), (10, 4, 2, 3), (10, 10, 1, 0), (10, 11, 1, 0), (10, 0, 11, 0)])
+def test_sequences_that_fit_floors_the_free_memory(gpu: int, weights: int, sequence: int, fit: int) -> None:
+    assert kv.sequences_that_fit(gpu, weights, sequence) == fit
+
+
+@pytest.mark.parametrize(
+    "name, fits",
+    [("Llama-2-7B", {"A100 40GB": 12, "A100 80GB": 30, "H100 80GB": 30, "H200 141GB": 59}),
+     ("Llama-2-70B", {"A100 40GB": 0, "A100 80GB": 0, "H100 80GB": 0, "H200 141GB": 2})],
+)
+def test_4096_token_bf16_sequences_that_fit_beside_the_llama_2_weights(name: str, fits: dict) -> None:
+    weights = kv.held_weight_bytes(kv.REFERENCE_WEIGHTS[name][0], 2)
+    sequence = kv.kv_bytes_per_sequence(kv.kv_bytes_per_token(*kv.REFERENCE_MODELS[name], 2), 4096)
+    assert {gpu: kv.sequences_that_fit(memory, weights, sequence) for gpu, memory in kv.GPU_MEMORY.items()} == fits
+
+
+def test_llama_2_fit_figures_by_hand() -> None:
+    assert 80 * 10**9 - 13_476_831_232 == 66_523_168_768
+    assert 30 * 2_147_483_648 <= 66_523_168_768 < 31 * 2_147_483_648
+    assert 137_953_296_384 == 68_976_648_192 * 2 > 80 * 10**9  # the 70B weights alone overflow 80 GB
+    assert 141 * 10**9 - 137_953_296_384 == 3_046_703_616
+    assert 2 * 1_342_177_280 <= 3_046_703_616 < 3 * 1_342_177_280
+
+
+def test_fit_report_prints_the_tested_figures(capsys) -> None:
+    kv.print_sequences_that_fit()
+    out = capsys.readouterr().out
+    assert "Llama-2-7B: weights 13,476,831,232 bytes, one sequence's cache 2,147,483,648 bytes" in out
+    assert "A100 80GB     80,000,000,000 bytes:  30 sequences (66,523,168,768 bytes free)" in out
+    assert "H100 80GB     80,000,000,000 bytes:   0 sequences (the weights alone are 57,953,296,384 bytes too large)" in out
+    assert "H200 141GB   141,000,000,000 bytes:   2 sequences (3,046,703,616 bytes free)" in out

@@ -5,7 +5,8 @@ sequence through every layer at each step, as a model without a cache must. The 
 the prompt through once (prefill), then pushes only the newest token and reuses each layer's stored
 keys and values. Same weights and same forward code, so the logits must agree to rounding error.
 Last, it prices one cached decode step of Llama-2 in bytes read: the weights once for the whole
-batch, plus every sequence's cache, which outweighs the weights only once batch * context is large.
+batch, plus every sequence's cache, which outweighs the weights only once batch * context is large;
+and it counts how many sequences' caches fit beside the weights in one GPU's memory.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ REFERENCE_MODELS = {"Llama-2-7B": (32, 32, 128), "Llama-2-70B": (80, 8, 128)}
 # Their weights: (parameters, vocab_size, hidden_size), from the same configs (tests check the counts).
 REFERENCE_WEIGHTS = {"Llama-2-7B": (6_738_415_616, 32_000, 4_096),
                      "Llama-2-70B": (68_976_648_192, 32_000, 8_192)}
+# GPU memory as the vendor datasheets state it, GB read as 10**9 bytes (tests cite the sheets). The
+# CUDA context, the allocator and activations take a share of it that this budget leaves out.
+GPU_MEMORY = {"A100 40GB": 40 * 10**9, "A100 80GB": 80 * 10**9, "H100 80GB": 80 * 10**9,
+              "H200 141GB": 141 * 10**9}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,21 @@ class Config:
 def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
     """Return the cache cost of one token: a K and a V vector per layer and per KV head."""
     return 2 * num_layers * kv_heads * head_dim * dtype_bytes
+
+
+def kv_bytes_per_sequence(kv_per_token: int, context: int) -> int:
+    """Return one sequence's cache at `context` tokens: every cached token costs the same."""
+    return context * kv_per_token
+
+
+def held_weight_bytes(parameters: int, dtype_bytes: int) -> int:
+    """Return the bytes the weights hold in memory: every parameter at the given precision."""
+    return parameters * dtype_bytes
+
+
+def sequences_that_fit(gpu_bytes: int, weight_bytes: int, sequence_bytes: int) -> int:
+    """Return how many whole sequence caches fit in the memory the weights leave free (0 if they do not fit)."""
+    return max(0, gpu_bytes - weight_bytes) // sequence_bytes
 
 
 def naive_projection_rows(prompt_len: int, new_tokens: int) -> int:
@@ -269,8 +289,10 @@ def print_report(config: Config, repeats: int) -> None:
         print(f"  {name} ({layers} layers, {kv_heads} KV heads, head_dim {head_dim}): "
               f"{per:,} bytes per token")
         for context in (2048, 4096):
-            print(f"    {context:,} tokens: {context * per:,} bytes ({context * per / 2**30:.2f} GiB)")
+            sequence = kv_bytes_per_sequence(per, context)
+            print(f"    {context:,} tokens: {sequence:,} bytes ({sequence / 2**30:.2f} GiB)")
     print_decode_step_reads()
+    print_sequences_that_fit()
 
 
 def print_decode_step_reads(batches: tuple[int, ...] = (1, 8, 32),
@@ -280,7 +302,7 @@ def print_decode_step_reads(batches: tuple[int, ...] = (1, 8, 32),
           "activations and the new token's K/V write left out)")
     for name, (params, vocab, hidden) in REFERENCE_WEIGHTS.items():
         per = kv_bytes_per_token(*REFERENCE_MODELS[name], 2)
-        held = params * 2
+        held = held_weight_bytes(params, 2)
         # The input embedding is a lookup: a step gathers one row per sequence, not the whole table.
         weights = (params - vocab * hidden) * 2
         print(f"  {name}: weights held {held:,} bytes ({held / 2**30:.2f} GiB); read per step "
@@ -301,12 +323,31 @@ def print_decode_step_reads(batches: tuple[int, ...] = (1, 8, 32),
         print(f"    the KV read overtakes the weights at batch * context = {weights:,} / {per:,} "
               f"= {crossover:,.2f} tokens, i.e. from {first:,} tokens on")
         if name == "Llama-2-7B":
-            sequence = 4096 * per
+            sequence = kv_bytes_per_sequence(per, 4096)
             n = sequences_to_outweigh(held, sequence)
             assert (n - 1) * sequence <= held < n * sequence
             print(f"    4,096-token sequences whose caches outweigh the weights held: {n} "
                   f"({n} * {sequence:,} = {n * sequence:,} > {held:,} > "
                   f"{(n - 1) * sequence:,} = {n - 1} * {sequence:,})")
+
+
+def print_sequences_that_fit(context: int = 4096) -> None:
+    """Count the sequences whose bf16 caches fit beside the bf16 Llama-2 weights on each GPU."""
+    print(f"\nreference: {context:,}-token sequences whose bf16 caches fit beside the bf16 weights "
+          "(datasheet GB = 10^9 bytes; CUDA context and activations left out)")
+    for name, (params, _, _) in REFERENCE_WEIGHTS.items():
+        weights = held_weight_bytes(params, 2)
+        sequence = kv_bytes_per_sequence(kv_bytes_per_token(*REFERENCE_MODELS[name], 2), context)
+        print(f"  {name}: weights {weights:,} bytes, one sequence's cache {sequence:,} bytes")
+        for gpu, memory in GPU_MEMORY.items():
+            n, free = sequences_that_fit(memory, weights, sequence), memory - weights
+            if free < 0:
+                assert n == 0
+                why = f"the weights alone are {-free:,} bytes too large"
+            else:
+                assert n * sequence <= free < (n + 1) * sequence
+                why = f"{free:,} bytes free"
+            print(f"    {gpu:<10} {memory:>17,} bytes: {n:>3} sequences ({why})")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Config, int]:
