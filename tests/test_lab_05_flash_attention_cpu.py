@@ -8,6 +8,9 @@ overflow an exp() that skipped the running max.
 
 from __future__ import annotations
 
+import inspect
+import sys
+from dataclasses import astuple
 
 import pytest
 import torch
@@ -91,3 +94,84 @@ def test_default_grid_figures() -> None:
     assert n * n * flash.FP32_BYTES == 67_108_864
     assert block * block * flash.FP32_BYTES == 65_536
     assert flash.expected_causal_tiles(n, block, block) == (528, 496)
+
+
+def test_attention_shapes_follow_published_configs() -> None:
+    # Llama-2-7B: num_attention_heads 32, hidden_size 4096 (head_dim 4096 / 32 = 128) and
+    # max_position_embeddings 4096, from
+    # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
+    shapes = {name: astuple(shape) for name, shape in flash.ATTENTION_SHAPES.items()}
+    assert shapes == {
+        "Starter defaults": (1, 4096, 64, 128, 128, 4),
+        "Llama-2-7B, 4k": (32, 4096, 4096 // 32, 128, 128, 2),
+        "Llama-2-7B-like, 32k": (32, 8 * 4096, 4096 // 32, 128, 128, 2),
+    }
+    args = flash.parse_args([])
+    defaults = flash.ATTENTION_SHAPES["Starter defaults"]
+    from_args = (args.heads, args.seq_len, args.head_dim, args.block_q, args.block_k)
+    assert from_args == astuple(defaults)[:5]
+
+
+@pytest.mark.parametrize(("name", "naive", "block", "ratio"), [
+    # The page's calculator shows these; the run prints them.
+    ("Starter defaults", 134_217_728, 198_656, 134_217_728 / 198_656),  # 675.6x
+    ("Llama-2-7B, 4k", 2_147_483_648, 4_227_072, 2_147_483_648 / 4_227_072),  # 2 GiB, 508.0x
+    ("Llama-2-7B-like, 32k", 137_438_953_472, 4_227_072, 137_438_953_472 / 4_227_072),  # 128 GiB
+])
+def test_memory_figures(name: str, naive: int, block: int, ratio: float) -> None:
+    shape = flash.ATTENTION_SHAPES[name]
+    assert flash.naive_score_bytes(shape.heads, shape.seq_len, shape.elem_bytes) == naive
+    assert flash.tiled_block_bytes(*astuple(shape)) == block
+    assert flash.naive_to_tiled_ratio(*astuple(shape)) == pytest.approx(ratio, rel=1e-12)
+
+
+def tensors_named_at(function, line_text: str, *args, **kwargs) -> dict[str, torch.Tensor]:
+    """Run function and return the tensors its frame names when line_text is first about to run."""
+    lines, start = inspect.getsourcelines(function)
+    target = start + next(i for i, line in enumerate(lines) if line_text in line)
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def in_frame(frame, event, arg):
+        if event == "line" and frame.f_lineno == target and not seen:
+            seen.append({name: value for name, value in frame.f_locals.items()
+                         if isinstance(value, torch.Tensor)})
+        return in_frame
+
+    def tracer(frame, event, arg):
+        return in_frame if frame.f_code is function.__code__ else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        function(*args, **kwargs)
+    finally:
+        sys.settrace(previous)
+    assert seen, f"{line_text!r} never ran"
+    return seen[0]
+
+
+def held_bytes(named: dict[str, torch.Tensor], *given: torch.Tensor) -> int:
+    """Bytes of the distinct storages named, besides those of the given inputs and output."""
+    skip = {t.untyped_storage().data_ptr() for t in given}
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in named.values() if t.untyped_storage().data_ptr() not in skip}
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-n{}-d{}-bq{}-bk{}".format(*s))
+def test_memory_functions_count_what_the_kernels_hold(shape: tuple[int, ...], dtype) -> None:
+    # The analytic figures are the tensors each function names at its fullest point (non-causal):
+    # naive's scores and probs as it returns, the tiled loop's first (full) block at its acc update.
+    heads, n, d, block_q, block_k = shape
+    q, k, v = (t.to(dtype) for t in flash.make_inputs(heads, n, d, seed=5))
+    size = q.element_size()
+    named = tensors_named_at(flash.naive_attention, "return probs @ v", q, k, v)
+    assert set(named) == {"q", "k", "v", "scores", "probs"}
+    assert held_bytes(named, q, k, v) == flash.naive_score_bytes(heads, n, size)
+    named = tensors_named_at(flash.flash_attention, "acc = rescale * acc", q, k, v,
+                             block_q=block_q, block_k=block_k)
+    assert set(named) == {"q", "k", "v", "out", "q_block", "m", "l", "acc", "scores", "m_new", "p",
+                          "rescale"}
+    assert held_bytes(named, q, k, v, named["out"]) == flash.tiled_block_bytes(
+        heads, n, d, block_q, block_k, size)

@@ -13,14 +13,39 @@ import math
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 FP32_BYTES = 4
+BF16_BYTES = 2
 TOLERANCE = 1e-5  # max absolute difference allowed between any two fp32 attention outputs
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention call to price: heads (times batch), tokens, head size, tile, element bytes."""
+
+    heads: int
+    seq_len: int
+    head_dim: int
+    block_q: int
+    block_k: int
+    elem_bytes: int
+
+
+# Shapes the report prices next to what it measures. Llama-2-7B: num_attention_heads 32 and
+# hidden_size 4096 (so head_dim 128), max_position_embeddings 4096, from
+# https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json; the 32k row keeps that
+# layer and stretches its context eight times. The first row is also the command line's defaults.
+ATTENTION_SHAPES = {
+    "Starter defaults": AttentionShape(1, 4096, 64, 128, 128, FP32_BYTES),
+    "Llama-2-7B, 4k": AttentionShape(32, 4096, 128, 128, 128, BF16_BYTES),
+    "Llama-2-7B-like, 32k": AttentionShape(32, 32768, 128, 128, 128, BF16_BYTES),
+}
+DEFAULTS = ATTENTION_SHAPES["Starter defaults"]
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -101,6 +126,35 @@ def expected_causal_tiles(n: int, block_q: int, block_k: int) -> tuple[int, int]
     q_blocks, k_blocks = math.ceil(n / block_q), math.ceil(n / block_k)
     computed = sum((min((i + 1) * block_q, n) - 1) // block_k + 1 for i in range(q_blocks))
     return computed, q_blocks * k_blocks - computed
+
+
+def naive_score_bytes(heads: int, seq_len: int, elem_bytes: int = FP32_BYTES) -> int:
+    """Return the bytes naive_attention holds beyond q, k, v and its output (a non-causal call).
+
+    Its named tensors are `scores` and `probs`, each heads x N x N, both alive once softmax has
+    written `probs`. The scaled copy of q is a temporary, freed before `probs` exists.
+    """
+    return 2 * heads * seq_len * seq_len * elem_bytes
+
+
+def tiled_block_bytes(heads: int, seq_len: int, head_dim: int, block_q: int, block_k: int,
+                      elem_bytes: int = FP32_BYTES) -> int:
+    """Return the bytes flash_attention holds for one full query block beyond q, k, v and output.
+
+    Counted as for naive_attention, the tensors the loop names (non-causal), all alive at the
+    `acc` update, each heads x rows x something: `scores` and `p`, one tile each (rows x cols);
+    `q_block` and `acc`, head_dim per row; `m`, `m_new`, `rescale` and `l`, one value per row.
+    The K and V blocks are views, not copies. None of it grows with N once N exceeds the blocks.
+    """
+    rows, cols = min(block_q, seq_len), min(block_k, seq_len)
+    return heads * rows * (2 * cols + 2 * head_dim + 4) * elem_bytes
+
+
+def naive_to_tiled_ratio(heads: int, seq_len: int, head_dim: int, block_q: int, block_k: int,
+                         elem_bytes: int = FP32_BYTES) -> float:
+    """Return how many times more the naive kernel holds than the tiled one holds per block."""
+    return (naive_score_bytes(heads, seq_len, elem_bytes)
+            / tiled_block_bytes(heads, seq_len, head_dim, block_q, block_k, elem_bytes))
 
 
 def make_inputs(heads: int, seq_len: int, head_dim: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -189,21 +243,38 @@ def print_report(args: argparse.Namespace) -> None:
 
     full_scores = args.heads * n * n * FP32_BYTES
     tile_scores = args.heads * rows * cols * FP32_BYTES
+    naive_bytes = naive_score_bytes(args.heads, n)
+    block_bytes = tiled_block_bytes(args.heads, n, d, bq, bk)
+    output_bytes = args.heads * n * d * FP32_BYTES
     print("\nscore memory (analytic, fp32)")
     print(f"  full score matrix ({args.heads} x {n} x {n}): {full_scores:,} bytes")
-    print(f"  naive scores + probs: {2 * full_scores:,} bytes")
+    print(f"  naive scores + probs: {naive_bytes:,} bytes")
     print(f"  one score tile ({args.heads} x {rows} x {cols}): {tile_scores:,} bytes "
           f"({full_scores // tile_scores:,}x smaller)")
     state = args.heads * rows * (d + 2) * FP32_BYTES
     print(f"  running acc, m, l of one query block: {state:,} bytes")
-    print(f"  output, both variants: {args.heads * n * d * FP32_BYTES:,} bytes")
+    print(f"  tiled, one query block in all (scores, p, q_block, acc, m, m_new, rescale, l): "
+          f"{block_bytes:,} bytes ({naive_to_tiled_ratio(args.heads, n, d, bq, bk):,.1f}x less)")
+    print(f"  output, both variants: {output_bytes:,} bytes")
 
     naive_peak, tiled_peak = (peak_from_child(children[v]) for v in ("naive", "tiled"))
     print("\npeak RSS growth during one non-causal call (measured, one child process each)")
-    print(f"  naive peak: {naive_peak / 2**20:.1f} MiB")
+    print(f"  naive peak: {naive_peak / 2**20:.1f} MiB; analytic: scores + probs "
+          f"{naive_bytes / 2**20:.2f} MiB, output {output_bytes / 2**20:.2f} MiB")
     ratio = naive_peak / max(tiled_peak, 1)
-    print(f"  tiled peak: {tiled_peak / 2**20:.1f} MiB ({ratio:.1f}x lower)")
+    print(f"  tiled peak: {tiled_peak / 2**20:.1f} MiB ({ratio:.1f}x lower); analytic: one query "
+          f"block {block_bytes / 2**20:.2f} MiB, output {output_bytes / 2**20:.2f} MiB")
     assert tiled_peak < naive_peak / 2, "tiling should at least halve the peak"
+
+    print("\nthe same count at ATTENTION_SHAPES (analytic; heads x tokens x head_dim, element "
+          "bytes, tile)")
+    for name, shape in ATTENTION_SHAPES.items():
+        sizes = astuple(shape)
+        naive_at = naive_score_bytes(shape.heads, shape.seq_len, shape.elem_bytes)
+        print(f"  {name}: {shape.heads} x {shape.seq_len:,} x {shape.head_dim}, "
+              f"{shape.elem_bytes} B, {shape.block_q} x {shape.block_k}: naive {naive_at:,} bytes, "
+              f"tiled block {tiled_block_bytes(*sizes):,} bytes "
+              f"({naive_to_tiled_ratio(*sizes):,.1f}x)")
 
     print("\ntime (measured, this process; Python loops on a CPU, not a fused kernel)")
     print("  " + ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items()))
@@ -212,11 +283,11 @@ def print_report(args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Read sizes and block shapes from the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--heads", type=int, default=1)
-    parser.add_argument("--seq-len", type=int, default=4096)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--block-q", type=int, default=128, help="query rows per tile")
-    parser.add_argument("--block-k", type=int, default=128, help="keys per tile")
+    parser.add_argument("--heads", type=int, default=DEFAULTS.heads)
+    parser.add_argument("--seq-len", type=int, default=DEFAULTS.seq_len)
+    parser.add_argument("--head-dim", type=int, default=DEFAULTS.head_dim)
+    parser.add_argument("--block-q", type=int, default=DEFAULTS.block_q, help="query rows per tile")
+    parser.add_argument("--block-k", type=int, default=DEFAULTS.block_k, help="keys per tile")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads; one, because handing tiny tiles to a thread pool "
