@@ -15,14 +15,14 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
 
 from infralens.errors import Mark, Problem
 from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, evaluate, parse_call, parse_expr, to_js
-from infralens.models import Calculator, Lab, PresetTable, Printed, PrintedPreset, RunResult, mirrored_starter
+from infralens.models import CalcOutput, Calculator, Lab, PresetTable, Printed, PrintedPreset, RunResult, mirrored_starter
 
 Numeric = int | float
 
@@ -313,9 +313,11 @@ def scaled(value: Numeric, base: int, prefixes: tuple[str, ...]) -> tuple[str, s
     return significant(value / base**index), prefixes[index]
 
 
-def show(value: Numeric, fmt: str, unit: str | None = None) -> str:
+def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None) -> str:
     """The text a page shows for an output (see models.FORMATS)."""
     after = f" {unit}" if unit else ""
+    if fmt == "label" and labels and float(value).is_integer() and 0 <= value < len(labels):
+        return labels[int(value)]
     if fmt == "int":
         return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
     if fmt in ("bytes", "bytes-iec"):
@@ -333,12 +335,17 @@ def show(value: Numeric, fmt: str, unit: str | None = None) -> str:
     return significant(value) + after
 
 
+def shown(output: CalcOutput, value: Numeric) -> str:
+    """An output's value as its format shows it."""
+    return show(value, output.format, output.unit, output.labels)
+
+
 def show_input(calc: Calculator, name: str, value: Numeric | str) -> str:
     """An input's value as the table shows it: a choice's name, or the number with its unit."""
     field = calc.input(name)
     if field.choices is not None:
         return f"{value} ({significant(field.number(value))}{' ' + field.unit if field.unit else ''})"
-    return significant(value) + (f" {field.unit}" if field.unit else "")
+    return significant(value / field.scale) + (f" {field.unit}" if field.unit else "")
 
 
 # ---------------------------------------------------------------- the arithmetic shown
@@ -465,9 +472,9 @@ def slot_text(calc: Calculator, name: str, numbers: dict[str, Numeric]) -> str:
     """What stands in an arithmetic line for a name: an input's number and unit, or an output."""
     if any(i.name == name for i in calc.inputs):
         field = calc.input(name)
-        return significant(numbers[name]) + (f" {field.unit}" if field.unit else "")
+        return significant(numbers[name] / field.scale) + (f" {field.unit}" if field.unit else "")
     output = next(o for o in calc.outputs if o.name == name)
-    return brief(numbers[name], output.format, output.unit)
+    return brief(numbers[name], output.format, output.unit) if output.format != "label" else shown(output, numbers[name])
 
 
 def worked(calc: Calculator, case: Case) -> tuple[tuple[str, str], ...]:
@@ -481,7 +488,7 @@ def worked(calc: Calculator, case: Case) -> tuple[tuple[str, str], ...]:
         expr = compiled(output.expr.text, frozenset(names))
         names.add(output.name)
         text = "".join(piece if isinstance(piece, str) else slot_text(calc, piece[0], numbers) for piece in arithmetic(expr))
-        lines.append((output.label, f"{text} = {show(numbers[output.name], output.format, output.unit)}"))
+        lines.append((output.label, f"{text} = {shown(output, numbers[output.name])}"))
     return tuple(lines)
 
 
@@ -501,18 +508,32 @@ def calculator_data(checked: Checked) -> dict:
             "label": output.label,
             "format": output.format,
             "unit": output.unit or "",
+            "labels": list(output.labels or ()),
             "pieces": [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in arithmetic(expr)],
             "js": to_js(expr),
         })
     return {
         "inputs": [{
-            "name": i.name, "label": i.label, "unit": i.unit or "", "whole": i.whole,
+            "name": i.name, "label": i.label, "unit": i.unit or "", "whole": i.whole, "scale": i.scale,
             "min": i.min, "max": i.max,
             "choices": {name: number for name, number, _ in i.choices} if i.choices else None,
         } for i in calc.inputs],
-        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in checked.cases],
+        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in page_cases(checked)],
         "groups": calc.groups(),
+        "chart": chart_data(calc, page_cases(checked)),
         "outputs": outputs,
+    }
+
+
+def chart_data(calc: Calculator, cases: tuple[Case, ...]) -> dict | None:
+    """What the script needs to move the roofline's marker: the inputs it reads and the axes."""
+    if calc.chart is None or not cases:
+        return None
+    view = roofline_view(calc, cases)
+    lx0, lx1, ly0, ly1 = view.span
+    return {
+        "x": calc.chart.x, "y": calc.chart.y, "peak": calc.chart.peak, "bandwidth": calc.chart.bandwidth,
+        "box": [view.left, view.top, view.right, view.bottom], "span": [lx0, lx1, ly0, ly1],
     }
 
 
@@ -562,6 +583,21 @@ class CalcView:
     """Rows of preset buttons: (group, ((index of the case, label), ...)); the defaults lead the first."""
     rows: tuple[Row, ...]
     results: tuple[Result, ...]
+    chart: "RooflineView | None" = None
+    slider: tuple[str, int, int, int] | None = None
+    """The chart's x input as a log-scale slider: (name, min, max, value), in hundredths of a decade."""
+
+
+def page_cases(checked: Checked) -> tuple[Case, ...]:
+    """The cases a page shows: a preset equal to the defaults in every input stands for them."""
+    cases = checked.cases
+    if not cases:
+        return cases
+    twin = next((case for case in cases[1:] if case.values == cases[0].values), None)
+    if twin is None:
+        return cases
+    merged = replace(cases[0], label=f"{twin.label} (defaults)")
+    return (merged, *(case for case in cases[1:] if case is not twin))
 
 
 def calculator_view(checked: Checked) -> CalcView:
@@ -569,16 +605,133 @@ def calculator_view(checked: Checked) -> CalcView:
     calc = checked.calc
     names = {i.name for i in calc.inputs}
     functions = tuple(dict.fromkeys(parse_call(o.mirrors.text, names)["call"] for o in calc.outputs))
-    cases = checked.cases
+    cases = page_cases(checked)
     rows = [Row(i.label, False, tuple(show_input(calc, i.name, dict(case.values)[i.name]) for case in cases)) for i in calc.inputs]
-    rows += [Row(o.label, True, tuple(show(dict(case.results)[o.name], o.format, o.unit) for case in cases)) for o in calc.outputs]
+    rows += [Row(o.label, True, tuple(shown(o, dict(case.results)[o.name]) for case in cases)) for o in calc.outputs]
     defaults = cases[0] if cases else None
     results = ()
     if defaults is not None:
-        shown = dict(defaults.results)
-        results = tuple(Result(o.name, o.label, show(shown[o.name], o.format, o.unit), line) for o, (_, line) in zip(calc.outputs, worked(calc, defaults)))
+        at = dict(defaults.results)
+        results = tuple(Result(o.name, o.label, shown(o, at[o.name]), line) for o, (_, line) in zip(calc.outputs, worked(calc, defaults)))
     groups: dict[str, list[tuple[int, str]]] = {group: [] for group in calc.groups()}
     for index, case in enumerate(cases):
         groups.setdefault(case.group or next(iter(groups), ""), []).append((index, case.label))
-    shown = tuple((group, tuple(members)) for group, members in groups.items() if members)
-    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), shown, tuple(rows), results)
+    buttons = tuple((group, tuple(members)) for group, members in groups.items() if members)
+    chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
+    slider = None
+    if calc.chart is not None:
+        x = calc.input(calc.chart.x)
+        hundredths = lambda value: round(math.log10(value) * 100)  # noqa: E731
+        slider = (x.name, hundredths(x.min), hundredths(x.max), hundredths(x.default))
+    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), buttons, tuple(rows), results, chart, slider)
+
+
+# ---------------------------------------------------------------- the roofline picture
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    """Pixels along its axis."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Roof:
+    label: str
+    path: str
+    """SVG path data of the roof, in the picture's pixels."""
+    ridge: tuple[float, float] | None
+    """Where the slope meets the flat roof, in pixels, when it is inside the picture."""
+    label_at: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Dot:
+    number: int
+    label: str
+    x: float
+    y: float
+    intensity: str
+
+
+@dataclass(frozen=True)
+class RooflineView:
+    """A log-log roofline drawn at build: one roof per hardware case, one dot per operator case at
+    the defaults' hardware, and the marker at the defaults, which the page's script moves."""
+
+    width: int
+    height: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+    x_ticks: tuple[Tick, ...]
+    y_ticks: tuple[Tick, ...]
+    roofs: tuple[Roof, ...]
+    dots: tuple[Dot, ...]
+    marker: tuple[float, float]
+    current: str
+    """The path of the roof at the current inputs (the defaults' roof, until the script moves it)."""
+    summary: str
+    span: tuple[float, float, float, float]
+    """The decades shown: log10 of the x range and of the y range."""
+
+
+WIDTH, HEIGHT = 640, 380
+LEFT, RIGHT, TOP, BOTTOM = 70, 610, 14, 334
+
+
+def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
+    """Lay out a calculator's roofline: the decades its cases need, the roofs, the operators."""
+    chart = calc.chart
+    assert chart is not None
+    groups = calc.groups()
+    hardware_groups = {g for g, names in groups.items() if chart.peak in names or chart.bandwidth in names}
+    operator_groups = {g for g, names in groups.items() if chart.x in names} - hardware_groups
+    numbers = [{i.name: i.number(v) for i, (_, v) in zip(calc.inputs, case.values)} | dict(case.results) for case in cases]
+    roofs_at: dict[tuple[float, float], str] = {}
+    for case, at in zip(cases, numbers):
+        if case.group in hardware_groups or case is cases[0]:
+            roofs_at.setdefault((at[chart.peak], at[chart.bandwidth]), case.label)
+    operators = [(case, at) for case, at in zip(cases, numbers) if case.group in operator_groups]
+    xs = [at[chart.x] for at in numbers] + [peak / bandwidth for peak, bandwidth in roofs_at]
+    x_input = calc.input(chart.x)
+    lx0 = max(math.floor(math.log10(min(xs) / 2)), math.floor(math.log10(x_input.min)))
+    lx1 = min(math.ceil(math.log10(max(xs) * 2)), math.ceil(math.log10(x_input.max)))
+    ys = [at[chart.y] for at in numbers] + [min(peak, 10**lx0 * bandwidth) for peak, bandwidth in roofs_at] + [peak for peak, _ in roofs_at]
+    ly0, ly1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys) * 1.5))
+
+    def px(x: float) -> float:
+        return round(LEFT + (math.log10(x) - lx0) / (lx1 - lx0) * (RIGHT - LEFT), 1)
+
+    def py(y: float) -> float:
+        return round(BOTTOM - (math.log10(y) - ly0) / (ly1 - ly0) * (BOTTOM - TOP), 1)
+
+    roofs = []
+    for (peak, bandwidth), label in roofs_at.items():
+        path, ridge = roof_path(peak, bandwidth, lx0, lx1, ly0, px, py)
+        roofs.append(Roof(label, path, ridge, (RIGHT - 4, py(peak) - 5)))
+    dots = tuple(Dot(n, case.label, px(at[chart.x]), py(at[chart.y]), significant(at[chart.x])) for n, (case, at) in enumerate(operators, 1))
+    first = numbers[0]
+    x_ticks = tuple(Tick(px(10.0**k), significant(10.0**k)) for k in range(lx0, lx1 + 1))
+    y_ticks = tuple(Tick(py(10.0**k), "".join(scaled(10.0**k, 1000, SI))) for k in range(ly0, ly1 + 1))
+    y_output = next(o for o in calc.outputs if o.name == chart.y)
+    summary = "; ".join(f"{label}: flat at {show(peak, 'si', y_output.unit)} from {significant(peak / bandwidth)} FLOP/B" for (peak, bandwidth), label in roofs_at.items())
+    return RooflineView(
+        WIDTH, HEIGHT, LEFT, TOP, RIGHT, BOTTOM, x_ticks, y_ticks, tuple(roofs), dots,
+        (px(first[chart.x]), py(first[chart.y])), roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
+        summary, (lx0, lx1, ly0, ly1),
+    )
+
+
+def roof_path(peak: float, bandwidth: float, lx0: int, lx1: int, ly0: int, px, py) -> tuple[str, tuple[float, float] | None]:
+    """The roof min(peak, x × bandwidth) across the picture, and its ridge point if inside it."""
+    x0, x1, ridge = 10.0**lx0, 10.0**lx1, peak / bandwidth
+    start = max(x0, 10.0**ly0 / bandwidth)  # where the slope enters above the bottom edge
+    points = [(start, min(peak, start * bandwidth))]
+    if start < ridge < x1:
+        points.append((ridge, peak))
+    points.append((x1, min(peak, x1 * bandwidth)))
+    path = "M" + " L".join(f"{px(x)} {py(y)}" for x, y in points)
+    return path, (px(ridge), py(peak)) if start < ridge < x1 else None

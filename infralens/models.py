@@ -319,10 +319,10 @@ class KeyBlockSpec:
 # ---------------------------------------------------------------- calculators
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent")
+FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent", "label")
 """How an output's value is shown: as it is (3 significant digits), whole with separators, bytes
 scaled by 1000 (KB, MB, GB) or 1024 (KiB, MiB, GiB), any unit scaled by 1000 (k, M, G, T: FLOP/s),
-a ratio (4.2x) or a fraction as a percentage."""
+a ratio (4.2x), a fraction as a percentage, or one of `labels` by its index (0 or 1: a yes/no)."""
 DEFAULT_TOLERANCE = 1e-9
 """Relative gap allowed between an output and the starter's value when either is not whole."""
 
@@ -349,6 +349,10 @@ class CalcInput:
         Value(), "Named values to pick from, e.g. `{bf16: 2, fp32: 4}`: expressions and `mirrors` read the number; `mirrors` passes the name where it writes `NAME.name`.",
         min_items=2,
     ))
+    scale: Numeric = declared(Value(
+        "What the field's number is multiplied by (default 1): with `scale: 1.0e+12` and `unit: TFLOP/s` "
+        "the reader types 312 and expressions and `mirrors` read 312e12. Default, bounds and presets stay unscaled."
+    ), default=1)
     whole: bool = derived("Whether only whole numbers are accepted: the default and bounds are all integers.")
     mark: Mark = derived("Where the input is declared.")
 
@@ -358,6 +362,11 @@ class CalcInput:
             assert not isinstance(value, str)
             return value
         return next(number for name, number, _ in self.choices if name == value)
+
+    def shown(self, value: Numeric) -> str:
+        """A number of this input as its field shows it: divided by the scale, shortest exact form."""
+        number = value / self.scale if self.scale != 1 else value
+        return str(int(number)) if float(number).is_integer() and abs(number) < 2**53 else repr(float(number))
 
     def refuse(self, value) -> str | None:
         """Why a value cannot be this input's, or None."""
@@ -385,7 +394,9 @@ def _calc_input(f: Fields, ctx: Context) -> dict:
         return ctx.error(f.nodes["default"], f"input {v['name']!r} has no choices, so its default must be a number, got {v['default']!r}")
     if v["min"] is not None and v["max"] is not None and v["min"] > v["max"]:
         return ctx.error(f.nodes["max"], f"max ({v['max']}) is below min ({v['min']})")
-    whole = v["choices"] is None and all(isinstance(v[k], int) for k in ("default", "min", "max") if v[k] is not None)
+    if v["scale"] <= 0 or (v["scale"] != 1 and v["choices"] is not None):
+        return ctx.error(f.nodes["scale"], "scale must be above 0, on an input without choices")
+    whole = v["choices"] is None and v["scale"] == 1 and all(isinstance(v[k], int) for k in ("default", "min", "max") if v[k] is not None)
     made = CalcInput(**v, whole=whole, mark=f.mark)
     problem = made.refuse(v["default"])
     if problem:
@@ -412,7 +423,30 @@ class CalcOutput:
     unit: str | None = declared(Text("Text after the value, e.g. 'per token' (bytes formats write their own B)."))
     format: str = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
     tolerance: Numeric = declared(Value(f"Relative gap allowed from the starter's value when either is not a whole number (default {DEFAULT_TOLERANCE:g})."), default=DEFAULT_TOLERANCE)
+    labels: tuple[str, ...] | None = declared(ListOf(Text(), "With `format: label`: what the values 0, 1, ... read as, e.g. `[compute-bound, memory-bound]`.", min_items=2))
     mark: Mark = derived("Where the output is declared.")
+
+
+def _calc_output(f: Fields, ctx: Context) -> dict:
+    if (f.values["format"] == "label") != (f.values["labels"] is not None):
+        where = f.nodes.get("labels") or f.nodes.get("format")
+        return ctx.error(where, "format: label and labels go together" if where is not None else "format: label needs labels")
+    return {"mark": f.mark}
+
+
+CHARTS = ("roofline",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chart:
+    """A picture of the calculator: a log-log roofline drawn at build, whose marker follows the inputs."""
+
+    kind: str = declared(Choice(CHARTS, "The kind of picture: `roofline`."), required=True)
+    x: str = declared(Text("The input along the x axis: the kernel's arithmetic intensity (FLOP/B); it gets a log-scale slider.", IDENTIFIER), required=True)
+    y: str = declared(Text("The output up the y axis: the attainable FLOP/s at x.", IDENTIFIER), required=True)
+    peak: str = declared(Text("The input holding the compute ceiling (FLOP/s).", IDENTIFIER), required=True)
+    bandwidth: str = declared(Text("The input holding the memory bandwidth (B/s).", IDENTIFIER), required=True)
+    mark: Mark = derived("Where the chart is declared.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -551,6 +585,16 @@ def _calculator(f: Fields, ctx: Context) -> dict:
                 if by_name[name].choices is None:
                     refuse(output.mirrors.mark, f"mirrors: {name}.name: only an input with choices has a name; {name!r} is a number")
         readable.add(output.name)
+    chart = f.values["chart"]
+    if chart is not None:
+        numbers = {i.name for i in inputs if i.choices is None}
+        for key, wanted, known in (("x", chart.x, numbers), ("peak", chart.peak, numbers), ("bandwidth", chart.bandwidth, numbers), ("y", chart.y, {o.name for o in outputs})):
+            if wanted not in known:
+                what = "an output" if key == "y" else "a number input"
+                refuse(chart.mark, f"chart: {key}: {wanted!r} is not {what}{did_you_mean(wanted, known)}")
+        x_input = by_name.get(chart.x)
+        if x_input is not None and not (x_input.min is not None and x_input.max is not None and 0 < x_input.min < x_input.max):
+            refuse(x_input.mark, f"chart: the x input {chart.x!r} needs 0 < min < max, for its log-scale slider")
     presets = (presets,) if isinstance(presets, PresetTable) else presets
     cases = [("the defaults", {i.name: i.default for i in inputs})]
     labels: set[str] = set()
@@ -617,7 +661,8 @@ class Calculator:
         ),
         default=(),
     )
-    outputs: tuple[CalcOutput, ...] = declared(ListOf(record(CalcOutput, "output", finish=lambda f, ctx: {"mark": f.mark}), "The results, in order.", min_items=1), required=True)
+    outputs: tuple[CalcOutput, ...] = declared(ListOf(record(CalcOutput, "output", finish=_calc_output), "The results, in order.", min_items=1), required=True)
+    chart: Chart | None = declared(record(Chart, "chart", finish=lambda f, ctx: {"mark": f.mark}))
     mark: Mark = derived("Where the calculator is declared.")
 
     def input(self, name: str) -> CalcInput:

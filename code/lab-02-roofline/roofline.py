@@ -117,6 +117,13 @@ def gemv_cost(n: int, weight_bits: int) -> OpCost:
     return OpCost(f"gemv n={n}", 2 * n * n, weight_bytes + 2 * n * BF16_BYTES)
 
 
+# The ops this report counts, at its default sizes, by name: where the page's roofline puts them.
+REFERENCE_INTENSITY = {cost.name: float(cost.intensity) for cost in (
+    add_cost(4096), softmax_cost(4096), gemv_cost(4096, 16), naive_attention_cost(2048, 64),
+    tiled_attention_cost(2048, 64, 256), matmul_cost(1024))}
+HARDWARE = {gpu.name: gpu for gpu in GPUS}
+
+
 def matmul_gflops(sizes: list[int], repeats: int) -> dict[int, float]:
     """Measure fp32 matmul GFLOP/s at each size; the best of them is the compute ceiling."""
     rates = {}
@@ -141,6 +148,16 @@ def peak_gbps(megabytes: int, repeats: int) -> float:
 def attainable(gpu: Gpu, intensity: float) -> float:
     # The roofline itself: the lower of the compute ceiling and the memory diagonal.
     return min(gpu.bf16_flops, intensity * gpu.hbm_bytes_per_s)
+
+
+def efficiency(gpu: Gpu, intensity: float) -> float:
+    """Return the largest share of the compute peak a kernel of this intensity can reach."""
+    return attainable(gpu, intensity) / gpu.bf16_flops
+
+
+def memory_bound(gpu: Gpu, intensity: float) -> bool:
+    """Return whether a kernel of this intensity sits left of the ridge, under the memory slope."""
+    return intensity < gpu.ridge
 
 
 def batch_at_ridge(gpu: Gpu, n: int, weight_bits: int, count_activations: bool) -> int | None:
@@ -484,6 +501,18 @@ def print_gpus(slab: int) -> None:
               f"this run's S and P slab is {slab / smem:.1f}x that")
 
 
+def print_reference_ops() -> None:
+    """Place the report's ops, at its default sizes, on each datasheet GPU's roof."""
+    print("\nthe same ops, fp32 bytes as counted above, on the datasheet bf16 roofs (bound, best share of the dense peak)")
+    print(f"  {'op':<30}{'FLOP/B':>10}" + "".join(f"{name:>28}" for name in HARDWARE))
+    for name, intensity in REFERENCE_INTENSITY.items():
+        row = f"  {name:<30}{intensity:>10.3f}"
+        for gpu in HARDWARE.values():
+            bound = "memory-bound" if memory_bound(gpu, intensity) else "compute-bound"
+            row += f"{bound:>20}{efficiency(gpu, intensity):>8.2%}"
+        print(row)
+
+
 def print_decode(n: int) -> None:
     """Place one decode GEMV on both GPUs for each weight dtype."""
     print(f"decode GEMV y = W x, W {n:,} x {n:,}, x and y bf16: {2 * n * n:,} FLOPs")
@@ -498,8 +527,8 @@ def print_decode(n: int) -> None:
         row = f"  {dtype:<9}{cost.bytes_moved:>12,}{float(cost.intensity):>9.4f}"
         for gpu in GPUS:
             rate = attainable(gpu, float(cost.intensity))
-            assert rate < gpu.bf16_flops, "decode at batch 1 is memory-bound on both GPUs"
-            row += f"{rate / 1e12:>10.2f} TFLOP/s{rate / gpu.bf16_flops:>8.2%}"
+            assert memory_bound(gpu, float(cost.intensity)), "decode at batch 1 is memory-bound on both GPUs"
+            row += f"{rate / 1e12:>10.2f} TFLOP/s{efficiency(gpu, float(cost.intensity)):>8.2%}"
         print(row)
     # B sequences share each weight: about B FLOP/B counting the weights alone, less once each
     # sequence's x and y are counted too (and each sequence has its own KV cache besides).
@@ -548,6 +577,7 @@ def main(args: argparse.Namespace) -> None:
     points = place_ops(costs, achieved, gflops, gbps)
 
     print_gpus(score_slab_bytes(args.seq_len, args.block_q))
+    print_reference_ops()
     print_decode(args.gemv_n)
 
     print()

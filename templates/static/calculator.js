@@ -67,8 +67,9 @@ const InfraLensCalc = (() => {
     return [significant(v / base ** index), prefixes[index]];
   };
   const exact = (v) => (Number.isInteger(v) && Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v));
-  const show = (v, format, unit) => {
+  const show = (v, format, unit, labels) => {
     const after = unit ? " " + unit : "";
+    if (format === "label" && labels && Number.isInteger(v) && v >= 0 && v < labels.length) return labels[v];
     if (format === "int") return (Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v)) + after;
     if (format === "bytes" || format === "bytes-iec") {
       const [number, prefix] = format === "bytes" ? scaled(v, 1000, SI) : scaled(v, 1024, IEC);
@@ -80,7 +81,7 @@ const InfraLensCalc = (() => {
     if (format === "percent") return significant(v * 100) + "%" + after;
     return significant(v) + after;
   };
-  const brief = (v, format, unit) => (format === "bytes" || format === "bytes-iec" ? `${exact(v)} B${unit ? " " + unit : ""}` : show(v, format, unit));
+  const brief = (v, format, unit, labels) => (format === "bytes" || format === "bytes-iec" ? `${exact(v)} B${unit ? " " + unit : ""}` : show(v, format, unit, labels));
 
   /* A field's text as a number, or why it is not one: "4,096", "4096", "1e6" and " 32 " all read. */
   const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
@@ -89,11 +90,11 @@ const InfraLensCalc = (() => {
     const clean = text.trim().replace(/[,_\s]/g, "");
     if (clean === "") return { error: `${field.label}: enter a number.` };
     if (!NUMBER.test(clean)) return { error: `${field.label}: “${text.trim().slice(0, 24)}” is not a number.` };
-    const v = Number(clean), bounds = `${field.unit ? " " + field.unit : ""}`;
+    const v = Number(clean) * field.scale, bounds = `${field.unit ? " " + field.unit : ""}`;
     if (!Number.isFinite(v)) return { error: `${field.label}: too large to compute with.` };
     if (field.whole && !Number.isInteger(v)) return { error: `${field.label}: enter a whole number.` };
-    if (field.min !== null && v < field.min) return { error: `${field.label}: at least ${significant(field.min)}${bounds}.` };
-    if (field.max !== null && v > field.max) return { error: `${field.label}: at most ${significant(field.max)}${bounds}.` };
+    if (field.min !== null && v < field.min) return { error: `${field.label}: at least ${significant(field.min / field.scale)}${bounds}.` };
+    if (field.max !== null && v > field.max) return { error: `${field.label}: at most ${significant(field.max / field.scale)}${bounds}.` };
     return { value: v };
   };
 
@@ -109,15 +110,17 @@ const InfraLensCalc = (() => {
   const work = (calc, output, v) => output.pieces.map((piece) => {
     if (typeof piece === "string") return piece;
     const field = calc.inputs.find((f) => f.name === piece.slot);
-    if (field) return significant(v[piece.slot]) + (field.unit ? " " + field.unit : "");
+    if (field) return significant(v[piece.slot] / field.scale) + (field.unit ? " " + field.unit : "");
     const earlier = calc.outputs.find((o) => o.name === piece.slot);
-    return brief(v[piece.slot], earlier.format, earlier.unit);
-  }).join("") + " = " + show(v[output.name], output.format, output.unit);
+    return brief(v[piece.slot], earlier.format, earlier.unit, earlier.labels);
+  }).join("") + " = " + show(v[output.name], output.format, output.unit, output.labels);
 
   function start(section, calc) {
     const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
     const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
     const control = (name) => form.elements.namedItem(name);
+    // A scaled field gives back its value through a multiplication: equal to the last bit or nearly.
+    const same = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 1e-12 * Math.abs(a));
     // The defaults set every input; a preset, the inputs its group sets (hardware keeps the operator).
     const fields = (preset) => (preset.group ? calc.groups[preset.group] : calc.inputs.map((f) => f.name));
     const defaults = calc.presets[0].values;
@@ -136,30 +139,67 @@ const InfraLensCalc = (() => {
       calc.outputs.forEach((output) => {
         const shown = form.querySelector(`output[name="${output.name}"]`), line = form.querySelector(`[data-work="${output.name}"]`);
         const ok = result.out !== undefined;
-        shown.textContent = ok ? show(result.out[output.name], output.format, output.unit) : "—";
+        shown.textContent = ok ? show(result.out[output.name], output.format, output.unit, output.labels) : "—";
         line.textContent = ok ? work(calc, output, result.v) : "";
       });
       status.textContent = result.error || "";
+      if (calc.chart) draw(result);
       section.querySelectorAll("[data-preset]").forEach((button) => {
         const preset = calc.presets[button.dataset.preset];
-        button.setAttribute("aria-pressed", String(fields(preset).every((name) => preset.values[name] === values[name])));
+        button.setAttribute("aria-pressed", String(fields(preset).every((name) => same(preset.values[name], values[name]))));
       });
-      const changed = calc.inputs.filter((f) => values[f.name] !== undefined && values[f.name] !== defaults[f.name]);
-      const query = changed.map((f) => `${f.name}=${encodeURIComponent(values[f.name])}`).join("&");
+      const changed = calc.inputs.filter((f) => values[f.name] !== undefined && !same(values[f.name], defaults[f.name]));
+      const query = changed.map((f) => `${f.name}=${encodeURIComponent(control(f.name).value.trim())}`).join("&");  // as typed
       share.href = `#calc-${id}` + (query ? "?" + query : "");
+      follow();
     };
-    const fill = (values) => {
+    /* The roofline: the marker at (x, attainable) and the dashed roof of the current hardware,
+       placed as infralens/calculators.py places them (log10 over the decades shown, clamped). */
+    const svg = section.querySelector(".calc-chart svg"), slider = section.querySelector("[data-slider]");
+    const draw = (result) => {
+      if (!svg) return;
+      const c = calc.chart, [left, top, right, bottom] = c.box, [lx0, lx1, ly0, ly1] = c.span;
+      const px = (x) => Math.min(right, Math.max(left, left + (Math.log10(x) - lx0) / (lx1 - lx0) * (right - left)));
+      const py = (y) => Math.min(bottom, Math.max(top, bottom - (Math.log10(y) - ly0) / (ly1 - ly0) * (bottom - top)));
+      const marker = svg.querySelector(".marker"), roof = svg.querySelector(".roof-current");
+      const ok = result.out !== undefined && result.v[c.x] > 0 && result.out[c.y] > 0;
+      marker.style.display = roof.style.display = ok ? "" : "none";
+      if (!ok) return;
+      const peak = result.v[c.peak], bandwidth = result.v[c.bandwidth], x0 = 10 ** lx0, x1 = 10 ** lx1, ridge = peak / bandwidth;
+      const start = Math.max(x0, 10 ** ly0 / bandwidth), points = [[start, Math.min(peak, start * bandwidth)]];
+      if (start < ridge && ridge < x1) points.push([ridge, peak]);
+      points.push([x1, Math.min(peak, x1 * bandwidth)]);
+      roof.setAttribute("d", "M" + points.map(([x, y]) => `${px(x).toFixed(1)} ${py(y).toFixed(1)}`).join(" L"));
+      marker.setAttribute("cx", px(result.v[c.x]).toFixed(1));
+      marker.setAttribute("cy", py(result.out[c.y]).toFixed(1));
+    };
+    const follow = () => {  // the slider shows where the typed intensity is
+      if (!slider) return;
+      const got = read(calc.inputs.find((f) => f.name === slider.dataset.slider), control(slider.dataset.slider).value);
+      if (got.value > 0) slider.value = String(Math.round(Math.log10(got.value) * 100));
+      slider.setAttribute("aria-valuetext", got.value > 0 ? `${significant(got.value)} ${calc.inputs.find((f) => f.name === slider.dataset.slider).unit}` : "not a number");
+    };
+    if (slider) {
+      slider.addEventListener("input", (event) => {
+        event.stopPropagation();  // the form's own input listener would read the slider as a field
+        control(slider.dataset.slider).value = significant(10 ** (Number(slider.value) / 100));
+        update();
+      });
+    }
+    const fill = (values, then = true) => {  // values as the calculator holds them (unscaled)
       Object.entries(values).forEach(([name, value]) => {
         const field = calc.inputs.find((f) => f.name === name);
-        if (field) control(name).value = field.choices ? value : String(value);
+        if (field) control(name).value = field.choices ? value : String(value / field.scale);
       });
-      update();
+      if (then) update();
     };
     const fromAddress = () => {
       const hash = decodeURIComponent(location.hash);
       if (!hash.startsWith(`#calc-${id}?`)) return false;
       const given = Object.fromEntries(new URLSearchParams(location.hash.slice(`#calc-${id}?`.length)));
-      fill({ ...defaults, ...given });
+      fill(defaults, false);
+      Object.entries(given).forEach(([name, text]) => { if (calc.inputs.some((f) => f.name === name)) control(name).value = text; });
+      update();
       section.scrollIntoView();
       return true;
     };
