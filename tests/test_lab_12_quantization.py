@@ -4,8 +4,10 @@ Exact figures: a 4096 x 4096 layer holds 16,777,216 weights, so fp32 is 67,108,8
 33,554,432; int8 with one fp16 scale per output row is 8 + 16/4096 bits per weight (16,785,408
 bytes); int4 packed two per byte with one fp16 scale per 128 weights is 4 + 16/128 = 4.125 bits
 per weight (8,650,752 bytes). Published config (Hugging Face config.json of
-meta-llama/Llama-2-7b-hf): 32 layers, 32 attention heads, 32 key/value heads, hidden_size 4096,
-so head_dim 128 and an fp16 KV cache of 524,288 bytes per token, as lab 07 also checks.
+meta-llama/Llama-2-7b-hf, https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json):
+32 layers, 32 attention heads, 32 key/value heads, hidden_size 4096, intermediate_size 11008, so
+head_dim 128 and an fp16 KV cache of 524,288 bytes per token, as lab 07 also checks, and a
+down_proj weight of 4096 x 11008.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ pytestmark = pytest.mark.starters
 STARTER = REPO / "code/lab-12-quantization/quantization.py"
 quant = load_starter(STARTER)
 
+# https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
 LLAMA2_7B = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-             "hidden_size": 4096}
+             "hidden_size": 4096, "intermediate_size": 11008}
 
 
 def test_int4_packing_round_trips_every_code_and_every_byte() -> None:
@@ -46,6 +49,52 @@ def test_packed_int4_groups_of_128_take_exactly_4_125_bits_per_weight(rows: int,
     assert 8 * size / weight.numel() == 4.125
     int8_codes, int8_scales = quant.quantize_groups(weight, cols, quant.INT8_MAX)
     assert quant.nbytes(int8_codes, int8_scales) == rows * cols + 2 * rows  # one fp16 scale a row
+
+
+@pytest.mark.parametrize("rows, cols, bits, group", [(4096, 4096, 4, 128), (4096, 4096, 8, 4096),
+                                                     (96, 1024, 4, 32), (96, 1024, 8, 128),
+                                                     (64, 384, 4, 384)])
+def test_quantized_bytes_counts_the_bytes_of_the_real_tensors(rows: int, cols: int, bits: int,
+                                                              group: int) -> None:
+    weight = torch.randn(rows, cols, generator=torch.Generator().manual_seed(6))
+    qmax = quant.INT4_MAX if bits == 4 else quant.INT8_MAX
+    codes, scales = quant.quantize_groups(weight, group, qmax)
+    stored = quant.pack_int4(codes) if bits == 4 else codes
+    size = quant.quantized_bytes(rows, cols, bits, group, quant.SCALE_DTYPE.itemsize)
+    assert (size.codes, size.scales) == (quant.nbytes(stored), quant.nbytes(scales))
+    assert size.total == quant.nbytes(stored, scales)
+    assert size.overhead == size.scales / size.codes
+    assert size.bits_per_weight == 8 * size.total / weight.numel() == bits + 16 / group
+
+
+def test_quantized_bytes_gives_a_partial_group_and_an_odd_row_their_bytes() -> None:
+    # 100 columns in groups of 64: two scales a row; 101 int4 codes: 51 bytes a row.
+    assert quant.quantized_bytes(3, 100, 4, 64, 2).scales == 3 * 2 * 2
+    assert quant.quantized_bytes(3, 101, 4, 64, 2).codes == 3 * 51
+
+
+def test_llama_2_7b_layouts_follow_its_config() -> None:
+    hidden, ffn = LLAMA2_7B["hidden_size"], LLAMA2_7B["intermediate_size"]
+    layers = LLAMA2_7B["num_hidden_layers"]
+    # Rows x cols: q, k, v, o hidden x hidden; gate, up ffn x hidden; down_proj hidden x ffn.
+    block = [(hidden, hidden)] * 4 + [(ffn, hidden)] * 2 + [(hidden, ffn)]
+    weights = layers * sum(rows * cols for rows, cols in block)
+    assert weights == 6_476_005_376
+    assert quant.LLAMA2_7B_LAYOUTS == {
+        "Llama-2-7B down_proj, int4 g128": (4096, 11008, 4, 128),
+        "Llama-2-7B down_proj, int8 per-channel": (4096, 11008, 8, 11008),
+        "Llama-2-7B 32 blocks, int4 g128": (weights // 4096, 4096, 4, 128),
+    }
+    # Rows of 4096 count the same bytes as the real matrices: 128 divides 4096 and 11008.
+    real = [quant.quantized_bytes(rows, cols, 4, 128, 2) for rows, cols in block]
+    layouts = quant.LLAMA2_7B_LAYOUTS
+    laid_out = quant.quantized_bytes(*layouts["Llama-2-7B 32 blocks, int4 g128"], 2)
+    assert laid_out.codes == layers * sum(size.codes for size in real) == 3_238_002_688
+    assert laid_out.scales == layers * sum(size.scales for size in real) == 101_187_584
+    down_int4 = quant.quantized_bytes(*layouts["Llama-2-7B down_proj, int4 g128"], 2)
+    assert (down_int4.codes, down_int4.scales) == (4096 * 11008 // 2, 4096 * 86 * 2)
+    down_int8 = quant.quantized_bytes(*layouts["Llama-2-7B down_proj, int8 per-channel"], 2)
+    assert (down_int8.codes, down_int8.scales) == (4096 * 11008, 4096 * 2)
 
 
 def test_group_dequantization_is_within_half_a_step_of_each_weight() -> None:
@@ -130,6 +179,11 @@ def test_the_printed_report_carries_the_tested_figures(capsys: pytest.CaptureFix
     assert "fp16               33,554,432 bytes  16.0 bits/weight" in out
     assert "int8 per-channel   16,785,408 bytes  8.00390625 bits/weight" in out
     assert "int4 g128           8,650,752 bytes  4.125 bits/weight" in out
+    assert ("scales: int8 per-channel 8,192 bytes (0.049% of the codes), "
+            "int4 g128 262,144 bytes (3.125% of the codes)") in out
+    assert "codes 22,544,384 + scales 704,512 = 23,248,896 bytes, 4.125 bits/weight" in out
+    assert "codes 45,088,768 + scales 8,192 = 45,096,960 bytes" in out
+    assert "codes 3,238,002,688 + scales 101,187,584 = 3,339,190,272 bytes, 4.125 bits" in out
     assert "fp16 524,288 bytes, int8 + scales 266,240 bytes" in out
 
 

@@ -3,7 +3,7 @@
 Four demonstrations, each asserting its own claim:
 1. int8 weights: one scale per output channel against one scale for the whole tensor;
 2. symmetric int4 weights in groups of 128 along the input dimension, packed two per byte, and the
-   exact memory of a 4096 x 4096 layer in fp32, fp16, int8 and int4;
+   exact memory of a 4096 x 4096 layer in fp32, fp16, int8 and int4, then of Llama-2-7B's weights;
 3. an int8 KV cache with one scale per head and token, and attention computed from it, with random
    keys and with keys that have a few large channels, as real keys do;
 4. activation outliers: why they hurt an int8 x int8 matmul, and what LLM.int8 and SmoothQuant do.
@@ -13,12 +13,26 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NamedTuple
 
 import torch
 
 INT8_MAX = 127  # symmetric int8 uses [-127, 127]; -128 stays unused so +x and -x round alike
 INT4_MAX = 7  # symmetric int4 uses [-7, 7] of its 16 codes, for the same reason
 SCALE_DTYPE = torch.float16  # every scale is stored in fp16 and counted in the memory figures
+
+# Llama-2-7B's config.json (huggingface.co/meta-llama/Llama-2-7b-hf): hidden_size 4096,
+# intermediate_size 11008, num_hidden_layers 32.
+# Each block holds q, k, v, o (4096 x 4096), gate and up (11008 x 4096) and down (4096 x 11008).
+HIDDEN, FFN, LAYERS = 4096, 11008, 32
+BLOCK_WEIGHTS = 4 * HIDDEN * HIDDEN + 3 * FFN * HIDDEN
+LLAMA2_7B_LAYOUTS = {  # label: (rows, cols, bits, group_size), with fp16 scales
+    "Llama-2-7B down_proj, int4 g128": (HIDDEN, FFN, 4, 128),
+    "Llama-2-7B down_proj, int8 per-channel": (HIDDEN, FFN, 8, FFN),
+    # Every input dimension (4096, 11008) is a multiple of 128, so laying the 32 blocks' weights
+    # out as rows of 4096 gives the same count of groups of 128 as the real matrices do.
+    "Llama-2-7B 32 blocks, int4 g128": (LAYERS * BLOCK_WEIGHTS // HIDDEN, HIDDEN, 4, 128),
+}
 
 
 # region quantizers
@@ -115,6 +129,27 @@ def nbytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+class QuantizedBytes(NamedTuple):
+    codes: int  # bytes of the packed codes
+    scales: int  # bytes of the scales
+    total: int
+    overhead: float  # scales / codes
+    bits_per_weight: float  # 8 * total / weights
+
+
+def quantized_bytes(rows: int, cols: int, bits: int, group_size: int,
+                    scale_bytes: int) -> QuantizedBytes:
+    """Bytes of a rows x cols weight as `bits`-bit codes with one scale per `group_size` inputs.
+
+    Codes are packed along each row (two int4 codes per byte); groups run along the input
+    dimension, and a partial last group still needs its scale. `group_size = cols` is per-channel.
+    """
+    codes = rows * math.ceil(cols * bits / 8)
+    scales = rows * math.ceil(cols / group_size) * scale_bytes
+    total = codes + scales
+    return QuantizedBytes(codes, scales, total, scales / codes, 8 * total / (rows * cols))
+
+
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, int8: bool) -> int:
     """Bytes of K and V for one token: fp16, or int8 plus one fp16 scale per layer and head."""
     per_vector = head_dim + SCALE_DTYPE.itemsize if int8 else 2 * head_dim
@@ -172,9 +207,13 @@ def int4_weights(args: argparse.Namespace, gen: torch.Generator) -> None:
     weight_errors("int8 per-channel", weight, dequantize_groups(int8_codes, int8_scales), x)
     assert int4_err["matmul"] < int4_row_err["matmul"], "smaller groups must be more accurate"
 
+    int8_size = quantized_bytes(dim, dim, 8, dim, SCALE_DTYPE.itemsize)
+    int4_size = quantized_bytes(dim, dim, 4, g, SCALE_DTYPE.itemsize)
+    # The arithmetic agrees with the real tensors, byte for byte.
+    assert (int8_size.codes, int8_size.scales) == (nbytes(int8_codes), nbytes(int8_scales))
+    assert (int4_size.codes, int4_size.scales) == (nbytes(packed), nbytes(scales))
     layouts = {"fp32": nbytes(weight), "fp16": nbytes(weight.half()),
-               "int8 per-channel": nbytes(int8_codes, int8_scales),
-               f"int4 g{g}": nbytes(packed, scales)}
+               "int8 per-channel": int8_size.total, f"int4 g{g}": int4_size.total}
     print(f"  memory of one {dim} x {dim} layer, scales included:")
     for name, size in layouts.items():
         print(f"    {name:<17}{size:>12,} bytes  {8 * size / weight.numel()} bits/weight")
@@ -182,7 +221,15 @@ def int4_weights(args: argparse.Namespace, gen: torch.Generator) -> None:
     # 4 bits per code plus one 16-bit scale shared by g codes: 4 + 16/128 = 4.125 at g = 128.
     assert 8 * layouts[f"int4 g{g}"] == (4 + 16 / g) * weight.numel()
     assert 8 * layouts["int8 per-channel"] == (8 + 16 / dim) * weight.numel()
+    print(f"  scales: int8 per-channel {int8_size.scales:,} bytes ({int8_size.overhead:.3%} of the "
+          f"codes), int4 g{g} {int4_size.scales:,} bytes ({int4_size.overhead:.3%} of the codes)")
     print(f"  int4 g{g} is {layouts['fp16'] / layouts[f'int4 g{g}']:.2f}x smaller than fp16")
+    print(f"  Llama-2-7B ({LAYERS} layers, hidden {HIDDEN}, MLP {FFN}), fp16 scales:")
+    for label, (rows, cols, bits, group) in LLAMA2_7B_LAYOUTS.items():
+        size = quantized_bytes(rows, cols, bits, group, SCALE_DTYPE.itemsize)
+        name, shape = label.removeprefix("Llama-2-7B "), f"{rows:,} x {cols:,}"
+        print(f"    {name:<28}{shape:>18}: codes {size.codes:,} + scales {size.scales:,} = "
+              f"{size.total:,} bytes, {size.bits_per_weight:g} bits/weight")
 
 
 def int8_kv_cache(args: argparse.Namespace, gen: torch.Generator) -> None:
