@@ -113,6 +113,35 @@ def test_attention_matches_a_plain_softmax_reference() -> None:
         assert torch.allclose(paged.attention(q, kv)[h], weights @ kv[1, :, h], atol=1e-12)
 
 
+def test_the_calculator_functions_agree_with_a_real_cache_at_every_length() -> None:
+    cache, model = paged.PagedKVCache(8, 4, 2, 16, share_prefixes=False), paged.StandInModel(SMALL)
+    admit(cache, model, 0, [])
+    for n in range(1, 30):
+        paged.prefill(cache, model, 0, [n % 50])
+        held = len(cache.tables[0]) * 4
+        assert paged.blocks_per_sequence(n, 4) * 4 == held
+        assert paged.slots_wasted(n, 4) == held - n == cache.wasted_slots()
+        assert paged.paged_waste_fraction(n, 4) == (held - n) / held
+        assert paged.bytes_freed_by_paging(n, 4, 32, 256, num_seqs=3) == 3 * (32 - held) * 256
+
+
+def test_the_calculator_functions_at_its_defaults_and_presets() -> None:
+    # The checkpoint's 100-token prompt: 6 full blocks of 16 and one holding 4 tokens.
+    assert (paged.blocks_per_sequence(100, 16), paged.slots_wasted(100, 16)) == (7, 12)
+    assert paged.paged_waste_fraction(100, 16) == 12 / 112
+    assert (paged.blocks_per_sequence(100, 32), paged.slots_wasted(100, 32)) == (4, 28)
+    assert paged.slots_wasted(1900, 16) == 4 and paged.slots_wasted(1900, 32) == 20
+    assert paged.slots_wasted(2048, 16) == 0 and paged.paged_waste_fraction(2048, 16) == 0
+    # Request 0 of the default run, the calculator's defaults.
+    assert paged.blocks_per_sequence(406, 16) == 26 and paged.slots_wasted(406, 16) == 10
+    assert paged.contiguous_waste_fraction(406, 2048) == 1642 / 2048
+    assert paged.bytes_freed_by_paging(406, 16, 2048, 256, 64) == 64 * (2048 - 416) * 256
+    with pytest.raises(ValueError):
+        paged.contiguous_waste_fraction(2049, 2048)
+    with pytest.raises(ValueError):
+        paged.bytes_freed_by_paging(2049, 16, 2048, 256)
+
+
 @pytest.mark.parametrize("block_size", [4, 8])
 def test_small_simulation_keeps_waste_below_one_block_per_request(block_size: int, one_thread) -> None:
     config = paged.Config(num_requests=8, block_size=block_size, max_seq_len=512, shared_prefix=20,
@@ -135,6 +164,11 @@ def test_default_report_prints_the_figures_the_page_states(capsys, one_thread) -
         "prefix sharing: 2,976 prompt tokens read from shared blocks, not recomputed",
         "attention parity: 64 of 64 requests torch.equal to contiguous, 31 of them reading shared blocks",
         "contiguous fits: 8 requests (16,384 // 2,048)",
+        "block tables: 2,621 blocks for 41,458 tokens, ceil(tokens / 16) each",
+        "last blocks: 478 empty slots, 7.47 per request, paged waste 1.14% of 41,936 slots",
+        "contiguous waste: 68.37% of 131,072 reserved slots",
+        "paging frees 22,818,816 of 33,554,432 bytes (256 bytes per token)",
+        "request 0: 406 tokens in 26 blocks, 10 empty slots, paged waste 2.40%, contiguous 80.18%",
         "paged fits: 23 requests without prefix sharing, 24 with it",
     ]:
         assert line in out

@@ -134,7 +134,7 @@ class PagedKVCache:
         assert len(self.free) + len(used) == self.num_blocks, "free + used must be the pool"
         for rid, table in self.tables.items():
             n = len(self.tokens[rid])
-            assert len(table) == math.ceil(n / self.block_size), "one block per started block"
+            assert len(table) == blocks_per_sequence(n, self.block_size), "one per started block"
             assert n % self.block_size == 0 or self.refcount[table[-1]] == 1, "shared partial"
 
     def wasted_slots(self) -> int:
@@ -146,6 +146,39 @@ class PagedKVCache:
         blocks, n = torch.tensor(self.tables[rid]), len(self.tokens[rid])
         return self.pool[:, blocks].flatten(1, 2)[:, :n]
 # endregion
+
+
+# What the page's calculator computes, for sequences that all have the same length. The report
+# checks each function against the block tables the simulation held when a request finished.
+def blocks_per_sequence(seq_len: int, block_size: int) -> int:
+    """Blocks a sequence holds: one per started block, ceil(seq_len / block_size)."""
+    return -(-seq_len // block_size)
+
+
+def slots_wasted(seq_len: int, block_size: int) -> int:
+    """Empty token slots in the sequence's last block, the only partly filled one."""
+    return blocks_per_sequence(seq_len, block_size) * block_size - seq_len
+
+
+def paged_waste_fraction(seq_len: int, block_size: int) -> float:
+    """The fraction of a paged sequence's allocated slots that hold no token."""
+    slots = blocks_per_sequence(seq_len, block_size) * block_size
+    return slots_wasted(seq_len, block_size) / slots
+
+
+def contiguous_waste_fraction(seq_len: int, max_seq_len: int) -> float:
+    """The fraction of a max_seq_len reservation that a sequence of seq_len tokens leaves empty."""
+    if not 1 <= seq_len <= max_seq_len:
+        raise ValueError("a contiguous reservation holds between 1 and max_seq_len tokens")
+    return (max_seq_len - seq_len) / max_seq_len
+
+
+def bytes_freed_by_paging(seq_len: int, block_size: int, max_seq_len: int,
+                          kv_bytes_per_token: int, num_seqs: int = 1) -> int:
+    """Bytes that reserving max_seq_len per sequence holds beyond the sequences' paged blocks."""
+    contiguous_waste_fraction(seq_len, max_seq_len)  # the sequences must fit their reservation
+    slots = max_seq_len - blocks_per_sequence(seq_len, block_size) * block_size
+    return num_seqs * slots * kv_bytes_per_token
 
 
 class StandInModel:
@@ -230,6 +263,7 @@ def simulate(config: Config, requests: list[Request], model: StandInModel) -> Co
             assert torch.equal(attention(q, paged), attention(q, full[:, :n]))
             s["parity checked"] += 1
             s["parity read shared"] += any(cache.refcount[b] > 1 for b in cache.tables[rid])
+            s["tokens at end", rid], s["blocks at end", rid] = n, len(cache.tables[rid])
             cache.free_request(rid)
             del live[rid]
             cache.check_invariants()
@@ -310,6 +344,32 @@ def print_report(config: Config) -> None:
     assert s["parity checked"] == c.num_requests
     print(f"  attention parity: {s['parity checked']} of {c.num_requests} requests torch.equal "
           f"to contiguous, {s['parity read shared']} of them reading shared blocks")
+
+    # The calculator's functions, request by request, against what the run's tables held at the end.
+    full, bs = {r.rid: s["tokens at end", r.rid] for r in requests}, c.block_size
+    for rid, n in full.items():
+        held = s["blocks at end", rid] * bs
+        assert held == blocks_per_sequence(n, bs) * bs and slots_wasted(n, bs) == held - n
+        assert paged_waste_fraction(n, bs) == (held - n) / held
+    blocks = sum(blocks_per_sequence(n, bs) for n in full.values())
+    empty = sum(slots_wasted(n, bs) for n in full.values())
+    reserved, token_bytes = c.num_requests * c.max_seq_len, block_bytes // bs
+    waste = [contiguous_waste_fraction(n, c.max_seq_len) for n in full.values()]
+    assert math.isclose(sum(waste) / len(waste), (reserved - sum(full.values())) / reserved)
+    freed = sum(bytes_freed_by_paging(n, bs, c.max_seq_len, token_bytes) for n in full.values())
+    assert freed == (reserved - blocks * bs) * token_bytes
+    n = full[0]
+    print("\nat full length, without sharing: the calculator's arithmetic, for each request")
+    print(f"  block tables: {blocks:,} blocks for {sum(full.values()):,} tokens, "
+          f"ceil(tokens / {bs}) each")
+    print(f"  last blocks: {empty:,} empty slots, {empty / len(full):.2f} per request, "
+          f"paged waste {empty / (blocks * bs):.2%} of {blocks * bs:,} slots")
+    print(f"  contiguous waste: {sum(waste) / len(waste):.2%} of {reserved:,} reserved slots")
+    print(f"  paging frees {freed:,} of {reserved * token_bytes:,} bytes "
+          f"({token_bytes} bytes per token)")
+    print(f"  request 0: {n:,} tokens in {blocks_per_sequence(n, bs)} blocks, "
+          f"{slots_wasted(n, bs)} empty slots, paged waste {paged_waste_fraction(n, bs):.2%}, "
+          f"contiguous {contiguous_waste_fraction(n, c.max_seq_len):.2%}")
 
     contiguous_fit = c.budget_tokens // c.max_seq_len
     paged_fit = requests_that_fit(c, requests, model, share_prefixes=True)
