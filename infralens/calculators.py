@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from infralens.errors import Mark, Problem
-from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, evaluate, parse_call, parse_expr, to_js
+from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, condition_js, evaluate, holds, parse_call, parse_condition, parse_expr, to_js
 from infralens.models import CalcOutput, Calculator, Lab, PresetTable, Printed, PrintedPreset, RunResult, mirrored_starter
 
 Numeric = int | float
@@ -135,6 +135,19 @@ def compiled(text: str, names: frozenset[str]) -> Expr:
     return parse_expr(text, names)
 
 
+def unmet(calc: Calculator, values: dict[str, Numeric | str]):
+    """The first requirement these input values break (or cannot be computed for), or None."""
+    numbers = {i.name: i.number(values[i.name]) for i in calc.inputs}
+    names = frozenset(numbers)
+    for requirement in calc.requires:
+        try:
+            if not holds(parse_condition(requirement.that.text, names), numbers):
+                return requirement
+        except ExprError:  # `heads % 0`: a condition that cannot be computed does not hold
+            return requirement
+    return None
+
+
 def agrees(ours: Numeric, theirs, tolerance: float) -> bool:
     """Exactly equal when the starter's value is a whole number a browser holds exactly; else
     within the relative tolerance (an integer beyond 2**53 is a float on the page)."""
@@ -188,6 +201,10 @@ def check_calculator(calc: Calculator, answer: dict | None, finished: str = "", 
         refused = [p for i in calc.inputs if (p := i.refuse(values.get(i.name)))]
         if refused:
             problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: {where} from the starter's table: {refused[0]}"))
+            continue
+        broken = unmet(calc, values)
+        if broken is not None:
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: {where} breaks requires {broken.that.text!r}: {broken.message}"))
             continue
         try:
             results = outputs_at(calc, values)
@@ -262,9 +279,9 @@ TINY = 1e-6
 
 
 def fixed(value: float, decimals: int) -> str:
-    """The value rounded half away from zero to `decimals` places, as JavaScript's toFixed does."""
-    text = str(Decimal(value).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
-    return text
+    """The value rounded half away from zero to `decimals` places, as JavaScript's toFixed does
+    (which writes -0 as 0)."""
+    return str(Decimal(value if value != 0 else 0).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
 
 
 def grouped(digits: str) -> str:
@@ -521,6 +538,7 @@ def calculator_data(checked: Checked) -> dict:
         "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in page_cases(checked)],
         "groups": calc.groups(),
         "chart": chart_data(calc, page_cases(checked)),
+        "requires": [r.message for r in calc.requires],
         "outputs": outputs,
     }
 
@@ -543,7 +561,9 @@ def calculators_script(checked: list[Checked]) -> str:
     for one in checked:
         data = calculator_data(one)
         functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
-        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}}})")
+        names = frozenset(i.name for i in one.calc.inputs)
+        conditions = ", ".join(f"(v) => {condition_js(parse_condition(r.that.text, names))}" for r in one.calc.requires)
+        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, holds: [{conditions}]}})")
     return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
 
 
@@ -589,14 +609,16 @@ class CalcView:
 
 
 def page_cases(checked: Checked) -> tuple[Case, ...]:
-    """The cases a page shows: a preset equal to the defaults in every input stands for them."""
+    """The cases a page shows, defaults first: a preset equal to the defaults in every input stands
+    for them (and the table shows one column, not two alike)."""
     cases = checked.cases
     if not cases:
         return cases
     twin = next((case for case in cases[1:] if case.values == cases[0].values), None)
     if twin is None:
         return cases
-    merged = replace(cases[0], label=f"{twin.label} (defaults)")
+    # It keeps its group: "A100 (defaults)" among the hardware switches the hardware, not the operator.
+    merged = replace(cases[0], label=f"{twin.label} (defaults)", group=twin.group)
     return (merged, *(case for case in cases[1:] if case is not twin))
 
 

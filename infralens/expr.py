@@ -84,6 +84,38 @@ def parse_expr(text: str, names: frozenset[str] | set[str]) -> Expr:
     return Expr(text, tree, frozenset(used))
 
 
+def parse_condition(text: str, names: frozenset[str] | set[str]) -> Expr:
+    """Check a condition (`seq_len <= max_seq_len`, `a > 0 and b > 0`) like `parse_expr`; raise ExprError."""
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"a condition is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
+    source = text.strip()
+    lead = len(text) - len(text.lstrip())
+    if not source:
+        raise ExprError("the condition is empty")
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError as exc:
+        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)
+        raise ExprError(f"not a condition: {exc.msg}", lead + min(at, len(source))) from None
+    except (ValueError, MemoryError, RecursionError):
+        raise ExprError("not a condition: too deeply nested", lead) from None
+    if len(list(ast.walk(tree))) > MAX_NODES:
+        raise ExprError(f"a condition has at most {MAX_NODES} parts")
+    used: set[str] = set()
+    _check(tree, frozenset(names), used, lead, boolean=True)
+    return Expr(text, tree, frozenset(used))
+
+
+def holds(condition: Expr, values: dict[str, Number]) -> bool:
+    """Whether a condition of `parse_condition` holds for these values; raise ExprError."""
+    return bool(_eval(condition.tree, values))
+
+
+def condition_js(condition: Expr, scope: str = "v") -> str:
+    """Compile a condition to one JavaScript expression (true or false) over `scope`."""
+    return _js(condition.tree, scope)
+
+
 def _at(node: ast.AST, lead: int) -> int:
     return lead + getattr(node, "col_offset", 0)
 

@@ -434,6 +434,15 @@ def _calc_output(f: Fields, ctx: Context) -> dict:
     return {"mark": f.mark}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Requirement:
+    """A condition the inputs must meet for the outputs to mean anything, and what to tell the reader."""
+
+    that: Written = declared(Source("A condition over the inputs, e.g. `seq_len <= max_seq_len` or `num_heads % kv_heads == 0`."), required=True)
+    message: str = declared(Text("What the page says when it does not hold, e.g. 'A sequence must fit its reservation.'"), required=True)
+    mark: Mark = derived("Where the requirement is declared.")
+
+
 CHARTS = ("roofline",)
 
 
@@ -545,13 +554,23 @@ def named_inputs(request) -> list[str]:
     return named_inputs(request["args"]) + named_inputs(list(request["kwargs"].values()))
 
 
+def safely_holds(condition, numbers: dict) -> bool:
+    """Whether a requirement holds; one that cannot be computed (`heads % 0`) does not."""
+    from infralens.expr import ExprError, holds
+
+    try:
+        return holds(condition, numbers)
+    except ExprError:
+        return False
+
+
 def _calculator(f: Fields, ctx: Context) -> dict:
     """Check what one calculator's parts say of each other: names, expressions, calls, presets.
 
     The expressions are evaluated at the defaults and at each listed preset, so one that divides by
     zero there is an error at its manifest line, not a message on the page.
     """
-    from infralens.expr import FUNCTIONS, ExprError, evaluate, parse_call, parse_expr
+    from infralens.expr import FUNCTIONS, ExprError, evaluate, parse_call, parse_condition, parse_expr
 
     inputs, outputs, presets = f.values["inputs"], f.values["outputs"], f.values["presets"]
     ok = True
@@ -628,10 +647,20 @@ def _calculator(f: Fields, ctx: Context) -> dict:
                 refuse(mark, f"preset {preset.label!r}: {problem}")
             values[name] = value
         cases.append((f"preset {preset.label!r}", values))
+    conditions = []
+    for requirement in f.values["requires"]:
+        try:
+            conditions.append((requirement, parse_condition(requirement.that.text, set(by_name))))
+        except ExprError as exc:
+            refuse(requirement.that.at(exc.offset), f"requires: {exc.message}")
     if not ok:
         return INVALID
     for where, values in cases:
         numbers = {name: by_name[name].number(value) for name, value in values.items()}
+        broken = [r for r, condition in conditions if not safely_holds(condition, numbers)]
+        if broken:
+            refuse(broken[0].that.mark, f"requires: {broken[0].that.text!r} does not hold at {where}")
+            continue
         for output in outputs:
             try:
                 numbers[output.name] = evaluate(parsed[output.name], numbers)
@@ -662,6 +691,10 @@ class Calculator:
         default=(),
     )
     outputs: tuple[CalcOutput, ...] = declared(ListOf(record(CalcOutput, "output", finish=_calc_output), "The results, in order.", min_items=1), required=True)
+    requires: tuple[Requirement, ...] = declared(
+        ListOf(record(Requirement, "requirement", finish=lambda f, ctx: {"mark": f.mark}), "Conditions the inputs must meet; the page names the first one broken instead of showing results.", min_items=1),
+        default=(),
+    )
     chart: Chart | None = declared(record(Chart, "chart", finish=lambda f, ctx: {"mark": f.mark}))
     mark: Mark = derived("Where the calculator is declared.")
 

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from conftest import REPO, TESTS, axe_violations, run_infralens, served, tabs_on
 from infralens.build import load_project
-from infralens.calculators import check_calculator, listed_cases, outputs_at, show
+from infralens.calculators import check_calculator, listed_cases, outputs_at, show, unmet
 from infralens.expr import ExprError
 
 pytestmark = pytest.mark.browser
@@ -198,6 +198,10 @@ def test_compiled_outputs_equal_python_at_every_case_and_at_edges(real_tabs, lab
         edges = [{**dict(listed_cases(calc)[0][1]), **{i.name: edge for i in calc.inputs if i.choices is None}} for edge in (0, 1, 2**53 + 1, 1e300)]
         for values in [dict(case.values) for case in checked.cases] + edges:
             got = js_outputs(page, calc.id, values)
+            broken = unmet(calc, values)
+            if broken is not None:
+                assert got == {"error": broken.message}, (values, got)
+                continue
             try:
                 expected = outputs_at(calc, values)
             except ExprError as exc:
@@ -229,3 +233,80 @@ def formatter(tabs):
 def test_the_page_shows_every_number_as_the_build_does(formatter, value: float, fmt: str) -> None:
     unit = "FLOP/s" if fmt == "si" else "per token"
     assert formatter.evaluate("([v, f, u]) => InfraLensCalc.show(v, f, u)", [value, fmt, unit]) == show(value, fmt, unit)
+
+
+# --- The roofline of lab 02: the ring, the bound on both sides of the ridge, the slider -----------
+
+
+ROOFLINE = "labs/lab-02-roofline/index.html"
+
+
+@pytest.fixture(scope="module")
+def roofline_tabs(chromium, tmp_path_factory: pytest.TempPathFactory):
+    """Lab 02 checked into a private cache (its presets come from the starter's tables and its
+    measured roof from the run) and the site built from it."""
+    cache = tmp_path_factory.mktemp("roofline-cache")
+    checked = run_infralens("check", "lab-02-roofline", "--no-state", "--cache-dir", str(cache), cwd=REPO)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    out = cache / "output"
+    built = run_infralens("build", "--out", str(out), "--cache-dir", str(cache), cwd=REPO)
+    assert built.returncode == 0, built.stderr
+    with served(out) as url, tabs_on(chromium, url) as open_one:
+        yield open_one
+
+
+def marker(page) -> tuple[float, float]:
+    ring = page.locator("#calc-roofline .marker")
+    return float(ring.get_attribute("cx")), float(ring.get_attribute("cy"))
+
+
+def test_the_roofline_reads_without_js(roofline_tabs) -> None:
+    page = roofline_tabs(js=False).goto(ROOFLINE)
+    chart = page.locator("#calc-roofline svg")
+    expect(chart).to_be_visible()
+    assert chart.locator(".roof").count() == 3  # the datasheet GPUs and this machine's measured roof
+    assert chart.locator(".ops circle").count() == 6
+    assert "memory-bound" in page.locator("#calc-roofline .calc-table").inner_text()
+
+
+def test_the_bound_flips_at_the_ridge_and_the_ring_follows(roofline_tabs) -> None:
+    tab = roofline_tabs()
+    page = started(tab, ROOFLINE)
+    page.get_by_role("button", name="A100 80GB SXM (defaults)").click()
+    for typed, bound, share in (("152", "memory-bound", "99.3%"), ("153.1", "compute-bound", "100%"), ("0.01", "memory-bound", "0.00654%")):
+        page.fill("#calc-roofline-intensity", typed)
+        assert result(page, "bound") == bound, typed
+        assert result(page, "efficiency") == share, typed
+    low = marker(page)
+    page.fill("#calc-roofline-intensity", "1000")
+    high = marker(page)
+    assert high[0] > low[0] and high[1] < low[1]  # right and up (SVG y grows downwards)
+    assert result(page, "ridge") == "153 FLOP/B"
+    page.get_by_role("button", name="H100 SXM").click()  # hardware changes, the intensity stays
+    assert page.input_value("#calc-roofline-intensity") == "1000" and result(page, "ridge") == "295 FLOP/B"
+    page.get_by_role("button", name="matmul n=1024").click()  # 170.7 FLOP/B: compute-bound on A100, not on H100
+    assert result(page, "bound") == "memory-bound" and page.input_value("#calc-roofline-bf16_flops") == "989"
+    page.get_by_role("button", name="A100 80GB SXM (defaults)").click()
+    assert result(page, "bound") == "compute-bound"
+    assert tab.errors == []
+
+
+def test_the_slider_moves_the_intensity_on_a_log_scale_by_keyboard(roofline_tabs) -> None:
+    page = started(roofline_tabs(), ROOFLINE)
+    slider = page.locator("#calc-roofline [data-slider]")
+    slider.focus()
+    before = marker(page)
+    for _ in range(100):  # one decade up, a hundredth at a time
+        page.keyboard.press("ArrowRight")
+    assert page.input_value("#calc-roofline-intensity") == "10"
+    assert slider.get_attribute("aria-valuetext") == "10 FLOP/B"
+    assert marker(page)[0] > before[0]
+    page.fill("#calc-roofline-intensity", "100")
+    assert slider.input_value() == "200"  # the slider follows what is typed
+
+
+def test_the_roofline_is_axe_clean_in_both_themes(roofline_tabs) -> None:
+    for scheme in ("light", "dark"):
+        page = started(roofline_tabs(scheme=scheme), ROOFLINE)
+        page.get_by_role("button", name="H100 SXM").click()
+        assert axe_violations(page) == [], scheme

@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, TESTS, run_infralens
 from infralens.calculators import (
     arithmetic,
+    calculators_script,
     check_calculator,
     check_lab_calculators,
     listed_cases,
@@ -19,6 +20,8 @@ from infralens.calculators import (
     show,
     significant,
     starter_probe,
+    unmet,
+    worked,
 )
 from infralens.errors import InputError
 from infralens.expr import ExprError, parse_call, parse_expr
@@ -357,13 +360,17 @@ def _labs_with_calculators():
 @pytest.mark.parametrize("lab", _labs_with_calculators(), ids=lambda lab: lab.id)
 def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(lab) -> None:
     """The parity `check` proves, asked of the starter directly: each output at every case."""
-    from infralens.models import mirrored_starter
-    from infralens.runner import probed
+    from infralens.models import PrintedPreset, mirrored_starter
+    from infralens.runner import probed, run_starter
 
     runs = {}
     for path in {mirrored_starter(lab, calc) for calc in lab.calculators}:
         starter = next(s for s in lab.starters if s.path == path)
-        passed = RunResult(lab.id, path, "passed", 0.0, 0, "", "", "", starter.mark, finished="2026-11-24T00:00:00Z")
+        if any(isinstance(p, PrintedPreset) for calc in lab.calculators for p in calc.presets):
+            passed = run_starter(lab, starter, REPO)  # a printed preset needs what the run prints
+            assert passed.passed, passed.reason
+        else:
+            passed = RunResult(lab.id, path, "passed", 0.0, 0, "", "", "", starter.mark, finished="2026-11-24T00:00:00Z")
         runs[path] = probed(passed, lab, REPO, starter, None, None)
     checked, problems = check_lab_calculators(lab, runs)
     assert [str(p) for p in problems] == []
@@ -399,3 +406,38 @@ def test_a_printed_figure_the_run_did_not_print_is_an_error_at_its_pattern() -> 
     calc = lab_with(PRINTED).calculators[0]
     _, problems = check_calculator(calc, {"cases": []}, stdout="no such line")
     assert [str(p) for p in problems] == ["labs/lab-01-calc.yml:33:54: error: preset 'Measured': the checked run printed nothing that matches 'heads: (\\\\d+)' (with a number in its first group)"]
+
+
+@pytest.mark.unit
+def test_requirements_are_checked_at_every_listed_case_and_named_on_the_page() -> None:
+    text = CALC.replace("    after: per_layer\n", "    after: per_layer\n    requires:\n      - {that: heads % 2 == 0, message: Heads come in pairs.}\n")
+    calc = lab_with(text).calculators[0]
+    assert unmet(calc, {"layers": 2, "heads": 3, "dtype": "bf16"}).message == "Heads come in pairs."
+    assert unmet(calc, {"layers": 2, "heads": 4, "dtype": "bf16"}) is None
+    broken = text.replace("{label: Wide, values: {heads: 8}}", "{label: Wide, values: {heads: 7}}")
+    assert problems_of(broken) == ["labs/lab-01-calc.yml:28:16: error: requires: 'heads % 2 == 0' does not hold at preset 'Wide'"]
+    assert problems_of(text.replace("heads % 2 == 0", "heads % 2")) == ["labs/lab-01-calc.yml:28:16: error: requires: expected a condition (a comparison such as `batch > 1`)"]
+    script = calculators_script([check_calculator(calc, None)[0]])
+    assert "holds: [(v) => (X.mod(v['heads'], 2) === 0)]" in script and '"requires":["Heads come in pairs."]' in script
+
+
+@pytest.mark.unit
+def test_a_scaled_input_is_typed_in_its_unit_and_computed_in_the_base_one() -> None:
+    text = CALC.replace("{name: heads, label: Heads, unit: heads, default: 4, min: 1}", "{name: heads, label: Heads, unit: kheads, scale: 1000, default: 4000, min: 1}")
+    calc = lab_with(text).calculators[0]
+    field = calc.input("heads")
+    assert field.shown(4000) == "4" and field.shown(2500) == "2.5" and not field.whole
+    checked, _ = check_calculator(calc, None)
+    assert worked(calc, checked.cases[0])[0] == ("Per layer", "2 × 4 kheads × 2 B = 16,000")
+
+
+@pytest.mark.unit
+def test_a_label_output_reads_its_index_and_a_chart_names_real_inputs() -> None:
+    assert show(1, "label", None, ("compute-bound", "memory-bound")) == "memory-bound"
+    assert show(2, "label", None, ("compute-bound", "memory-bound")) == "2"  # no such label: the number
+    assert problems_of(CALC.replace("        format: int\n", "        format: label\n", 1)) == ["labs/lab-01-calc.yml:39:17: error: format: label and labels go together"]
+    chart = CALC.replace("    after: per_layer\n", "    after: per_layer\n    chart: {kind: roofline, x: layer, y: total, peak: heads, bandwidth: dtype}\n")
+    assert problems_of(chart) == [
+        "labs/lab-01-calc.yml:27:12: error: chart: bandwidth: 'dtype' is not a number input",
+        "labs/lab-01-calc.yml:27:12: error: chart: x: 'layer' is not a number input (did you mean 'layers'?)",
+    ]

@@ -102,6 +102,8 @@ const InfraLensCalc = (() => {
   const compute = (calc, values) => {
     const v = {}, out = {};
     calc.inputs.forEach((field) => { v[field.name] = field.choices ? field.choices[values[field.name]] : values[field.name]; });
+    const broken = (calc.holds || []).findIndex((holds) => { try { return !holds(v); } catch (error) { return true; } });
+    if (broken >= 0) return { error: calc.requires[broken], v };
     for (const output of calc.outputs) {
       try { v[output.name] = out[output.name] = calc.compute[output.name](v); } catch (error) { return { error: `${output.label}: ${error.message}.`, v }; }
     }
