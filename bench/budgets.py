@@ -5,7 +5,8 @@ page in Debian's Chromium and counts the bytes of each response by kind, the req
 the site and the console errors. Prints one row per page and exits 1 when a lab page is over its
 budget: 60 KiB (61,440 bytes) of HTML+CSS+JS as loaded, zero off-site requests, zero console
 errors. What a page fetches only on a reader's action (the search index, on first use of the
-search box) is not part of its load; the row for search shows that cost separately.
+search box; a calculator's form, when it is first opened) is not part of its load; a row for each
+shows that cost separately.
 
 Run from the repository root:  python bench/budgets.py [--budget-kib 60]
 """
@@ -74,6 +75,11 @@ def use_search(page) -> None:
     page.wait_for_timeout(300)
 
 
+def open_calculator(page) -> None:
+    page.get_by_role("button", name="Open the calculator").first.click()
+    page.wait_for_function("document.querySelector('[data-calc]').dataset.ready")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-kib", type=float, default=60)
@@ -96,6 +102,9 @@ def main() -> int:
                 rows = [(path, measure(browser, base, path)) for path in pages]
                 if (out / "search-index.js").exists():
                     rows.append(("(first use of search, on the index)", measure(browser, base, "index.html", use_search)))
+                for path in pages:  # what opening a calculator fetches, once per page that has one
+                    if path.startswith("labs/") and (out / path).with_name("calculators.js").exists():
+                        rows.append((f"(first calculator opened, {path.split('/')[1]})", measure(browser, base, path, open_calculator)))
                 browser.close()
         finally:
             server.shutdown()

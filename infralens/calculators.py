@@ -31,6 +31,11 @@ CALCULATORS_FILE = "calculators.js"
 """The lab's calculators for its page's script, beside the page (labs/<id>/calculators.js)."""
 
 
+def chart_file(calc_id: str) -> str:
+    """The file of a calculator's chart, beside the lab page: an image until the script inlines it."""
+    return f"calc-{calc_id}.svg"
+
+
 # ---------------------------------------------------------------- the probe's request
 
 
@@ -357,12 +362,19 @@ def shown(output: CalcOutput, value: Numeric) -> str:
     return show(value, output.format, output.unit, output.labels)
 
 
-def show_input(calc: Calculator, name: str, value: Numeric | str) -> str:
-    """An input's value as the table shows it: a choice's name, or the number with its unit."""
+def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = False) -> str:
+    """An input's value as the table shows it: a choice's name, or the number, with its unit
+    unless `bare` (the row's heading says it)."""
     field = calc.input(name)
+    unit = f" {field.unit}" if field.unit and not bare else ""
     if field.choices is not None:
-        return f"{value} ({significant(field.number(value))}{' ' + field.unit if field.unit else ''})"
-    return significant(value / field.scale) + (f" {field.unit}" if field.unit else "")
+        return f"{value} ({significant(field.number(value))}{unit})"
+    return significant(value / field.scale) + unit
+
+
+def headed(label: str, unit: str | None) -> str:
+    """A table row's heading: the label, and the unit of its cells when they leave it out."""
+    return f"{label} ({unit})" if unit else label
 
 
 # ---------------------------------------------------------------- the arithmetic shown
@@ -473,42 +485,6 @@ def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
         pieces.append(")")
 
 
-def exact(value: Numeric) -> str:
-    """A whole number in full, with separators; any other number to 3 significant digits."""
-    return grouped(fixed(value, 0)) if float(value).is_integer() and abs(value) < UNSHOWN else significant(value)
-
-
-def brief(value: Numeric, fmt: str, unit: str | None) -> str:
-    """An output's value where a later output's arithmetic reads it: bytes exactly, with their unit."""
-    if fmt in ("bytes", "bytes-iec"):
-        return f"{exact(value)} B" + (f" {unit}" if unit else "")
-    return show(value, fmt, unit)
-
-
-def slot_text(calc: Calculator, name: str, numbers: dict[str, Numeric]) -> str:
-    """What stands in an arithmetic line for a name: an input's number and unit, or an output."""
-    if any(i.name == name for i in calc.inputs):
-        field = calc.input(name)
-        return significant(numbers[name] / field.scale) + (f" {field.unit}" if field.unit else "")
-    output = next(o for o in calc.outputs if o.name == name)
-    return brief(numbers[name], output.format, output.unit) if output.format != "label" else shown(output, numbers[name])
-
-
-def worked(calc: Calculator, case: Case) -> tuple[tuple[str, str], ...]:
-    """Each output's arithmetic at a case's values, with its result: (label, "2 × 32 layers … = 131,072 B")."""
-    values = dict(case.values)
-    numbers: dict[str, Numeric] = {i.name: i.number(values[i.name]) for i in calc.inputs}
-    numbers.update(dict(case.results))
-    lines = []
-    names = {i.name for i in calc.inputs}
-    for output in calc.outputs:
-        expr = compiled(output.expr.text, frozenset(names))
-        names.add(output.name)
-        text = "".join(piece if isinstance(piece, str) else slot_text(calc, piece[0], numbers) for piece in arithmetic(expr))
-        lines.append((output.label, f"{text} = {shown(output, numbers[output.name])}"))
-    return tuple(lines)
-
-
 # ---------------------------------------------------------------- the page's script
 
 
@@ -580,16 +556,6 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Result:
-    """An output as the page first shows it: at the defaults, with its arithmetic."""
-
-    name: str
-    label: str
-    text: str
-    work: str
-
-
-@dataclass(frozen=True)
 class CalcView:
     """What a lab page shows of one calculator (templates/_calc.html)."""
 
@@ -599,13 +565,10 @@ class CalcView:
     functions: tuple[str, ...]
     """The starter's functions its outputs mirror, in order."""
     cases: tuple[str, ...]
-    groups: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
-    """Rows of preset buttons: (group, ((index of the case, label), ...)); the defaults lead the first."""
     rows: tuple[Row, ...]
-    results: tuple[Result, ...]
+    constant: tuple[str, ...]
+    """The inputs no column changes, each as 'label value', said once."""
     chart: "RooflineView | None" = None
-    slider: tuple[str, int, int, int] | None = None
-    """The chart's x input as a log-scale slider: (name, min, max, value), in hundredths of a decade."""
 
 
 def page_cases(checked: Checked) -> tuple[Case, ...]:
@@ -628,24 +591,16 @@ def calculator_view(checked: Checked) -> CalcView:
     names = {i.name for i in calc.inputs}
     functions = tuple(dict.fromkeys(parse_call(o.mirrors.text, names)["call"] for o in calc.outputs))
     cases = page_cases(checked)
-    rows = [Row(i.label, False, tuple(show_input(calc, i.name, dict(case.values)[i.name]) for case in cases)) for i in calc.inputs]
-    rows += [Row(o.label, True, tuple(shown(o, dict(case.results)[o.name]) for case in cases)) for o in calc.outputs]
-    defaults = cases[0] if cases else None
-    results = ()
-    if defaults is not None:
-        at = dict(defaults.results)
-        results = tuple(Result(o.name, o.label, shown(o, at[o.name]), line) for o, (_, line) in zip(calc.outputs, worked(calc, defaults)))
-    groups: dict[str, list[tuple[int, str]]] = {group: [] for group in calc.groups()}
-    for index, case in enumerate(cases):
-        groups.setdefault(case.group or next(iter(groups), ""), []).append((index, case.label))
-    buttons = tuple((group, tuple(members)) for group, members in groups.items() if members)
+    # Units go in the row's heading, once, where a format does not write its own (bytes, FLOP/s, %).
+    inputs = [Row(headed(i.label, i.unit), False, tuple(show_input(calc, i.name, dict(case.values)[i.name], bare=True) for case in cases)) for i in calc.inputs]
+    # An input no column changes is said once, under the table, not repeated in every column.
+    constant = tuple(f"{row.label} {row.cells[0]}" for row in inputs if len(cases) > 1 and len(set(row.cells)) == 1)
+    rows = [row for row in inputs if len(cases) == 1 or len(set(row.cells)) > 1]
+    bare = {"number", "int"}
+    rows += [Row(headed(o.label, o.unit if o.format in bare else None), True,
+                 tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels) for case in cases)) for o in calc.outputs]
     chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
-    slider = None
-    if calc.chart is not None:
-        x = calc.input(calc.chart.x)
-        hundredths = lambda value: round(math.log10(value) * 100)  # noqa: E731
-        slider = (x.name, hundredths(x.min), hundredths(x.max), hundredths(x.default))
-    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), buttons, tuple(rows), results, chart, slider)
+    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
 
 
 # ---------------------------------------------------------------- the roofline picture

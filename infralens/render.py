@@ -21,7 +21,7 @@ from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
-from infralens.calculators import CALCULATORS_FILE, CalcView, calculator_view, calculators_script, check_lab_calculators
+from infralens.calculators import CALCULATORS_FILE, CalcView, calculator_view, calculators_script, chart_file, check_lab_calculators
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,25 @@ def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...], state: PageStat
     return tuple(rows)
 
 
+SAMPLE_LINES = 30
+SAMPLE_BYTES = 512
+"""A lab page shows the end of its run's output: at most this many lines, and bytes, of it."""
+
+
+def sample_lines(stdout: str) -> list[str]:
+    """The last lines of a run's output a lab page shows: up to SAMPLE_LINES lines and SAMPLE_BYTES
+    bytes (the last line always), so a report of wide tables does not crowd the page's budget."""
+    lines = stdout.rstrip().split("\n")
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines[-SAMPLE_LINES:]):
+        size += len(line.encode()) + 1
+        if kept and size > SAMPLE_BYTES:
+            break
+        kept.append(line)
+    return kept[::-1]
+
+
 def identifier_like(name: str) -> bool:
     """Say whether a key-block name reads as code (`kv_cache_bytes`, `a / b`) rather than a role."""
     parts = [part.strip() for part in name.split("/")]
@@ -122,8 +141,10 @@ class Renderer:
         self.env.filters["href"] = href
         self.env.globals["source_url"] = source_url
         self.env.globals["artifact_url"] = artifact_url
+        self.env.globals["chart_file"] = chart_file
         self.env.tests["identifier_like"] = identifier_like
         self.env.filters["recorded_in"] = lambda path, runs: runs.get(path)
+        self.env.filters["sample_lines"] = sample_lines
 
     def block_markdown(self, text: str) -> Markup:
         return Markup(self.markdown.render(text))
@@ -140,7 +161,7 @@ class Renderer:
         except jinja2.TemplateNotFound as exc:
             raise InputError([Problem(Mark(self.shown(str(self.folders[0]))), f"template not found: {exc.name}")]) from None
         except jinja2.UndefinedError as exc:
-            frame = next((f for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename.endswith(".html")), None)
+            frame = next((f for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename.endswith((".html", ".svg"))), None)
             mark = Mark(self.shown(frame.filename), frame.lineno or 1) if frame else Mark(self.shown(str(self.folders[0])))
             raise InputError([Problem(mark, f"template error: {exc.message}")]) from None
 
@@ -171,6 +192,9 @@ class Renderer:
             pages.append(Page(f"{folder}/{STATE_FILE}", state_script(state)))
         if checked:
             pages.append(Page(f"{folder}/{CALCULATORS_FILE}", calculators_script(checked)))
+        for view in calculators:
+            if view.chart is not None:
+                pages.append(Page(f"{folder}/{chart_file(view.calc.id)}", self.template("calc_chart.svg", chart=view.chart)))
         bindings = tuple(Binding(lab, block) for block in excerpt.key_blocks)
         for starter in lab.starters:
             previewed = starter.path == excerpt.starter
@@ -193,7 +217,6 @@ class Renderer:
             state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             calculators=calculators,
-            calculators_file=CALCULATORS_FILE,
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,

@@ -47,10 +47,10 @@ def tabs(chromium, calc_url: str):
 
 
 def started(tab, path: str = PAGE):
-    """Open a page and load its calculators the way a reader does: by reaching for a field."""
+    """Open a page and its first calculator the way a reader does: with "Open the calculator"."""
     page = tab.goto(path)
-    page.focus(".calc-form input")
-    page.wait_for_function("window.InfraLensCalc && document.querySelector('[data-calc]').dataset.started")
+    page.get_by_role("button", name="Open the calculator").first.click()
+    page.wait_for_function("document.querySelector('[data-calc]').dataset.ready")
     return page
 
 
@@ -117,23 +117,24 @@ def test_the_share_link_restores_the_inputs_in_a_new_tab(tabs) -> None:
     link = page.locator(".calc-share a").get_attribute("href")
     assert link == "#calc-kv?heads=16&dtype=fp32"
     fresh = tabs()
-    other = fresh.goto(PAGE + link)  # no interaction: the address alone loads the calculator
-    other.wait_for_function("document.querySelector('[data-calc]').dataset.started")
+    other = fresh.goto(PAGE + link)  # no interaction: the address alone opens the calculator
+    other.wait_for_function("document.querySelector('[data-calc]').dataset.ready")
     assert other.input_value("#calc-kv-heads") == "16" and other.input_value("#calc-kv-dtype") == "fp32"
     assert result(other, "total") == "256 B"
     assert fresh.errors == []
 
 
-def test_keyboard_alone_reaches_fields_and_presets(tabs) -> None:
+def test_keyboard_alone_opens_the_calculator_and_reaches_fields_and_presets(tabs) -> None:
     page = tabs().goto(PAGE)
-    page.focus(".calc-presets button")  # the first preset button: Tab order from here on
-    page.keyboard.press("Tab")
-    page.keyboard.press("Tab")
+    page.focus(".calc-open button")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.activeElement.id === 'calc-kv-layers'")  # the first field, focused
+    page.keyboard.press("Shift+Tab")  # back through the presets: Full, Wide, Defaults
     assert page.evaluate("document.activeElement.textContent") == "Full"
-    page.keyboard.press("Enter")  # at once: a press made before the script has loaded counts too
-    page.wait_for_function("document.querySelector('#calc-kv-layers').value === '3'")
+    page.keyboard.press("Enter")
+    assert page.input_value("#calc-kv-layers") == "3"
     assert page.get_attribute("[data-preset='2']", "aria-pressed") == "true"
-    page.keyboard.press("Tab")  # into the first field
+    page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "calc-kv-layers"
     page.keyboard.press("Control+A")
     page.keyboard.type("5")
@@ -147,15 +148,16 @@ def test_axe_finds_nothing_with_the_form_working(tabs, scheme: str) -> None:
     assert axe_violations(page) == []
 
 
-def test_without_js_the_table_and_arithmetic_stand_alone(tabs) -> None:
+def test_without_js_the_table_stands_alone(tabs) -> None:
     page = tabs(js=False).goto(PAGE)
-    expect(page.locator(".calc-form")).to_be_hidden()
+    expect(page.locator(".calc-open")).to_be_hidden()
+    assert page.locator(".calc-form").count() == 0
     table = page.locator(".calc-table table")
     expect(table).to_be_visible()
     assert "Each column checked against the starter's kv_bytes" in table.locator("caption").inner_text()
     assert table.locator("thead th").all_inner_texts() == ["Defaults", "Wide", "Full"]
     assert table.locator("tr.calc-out").last.locator("td").all_inner_texts() == ["32 B", "64 B", "96 B"]
-    assert page.locator(".calc-worked li").last.inner_text() == "Total: 2 layers × 16 = 32 B"
+    assert table.locator("tbody th").first.inner_text() == "Layers (layers)"  # the unit once, in the heading
 
 
 def test_at_375_px_the_table_scrolls_inside_its_box(tabs) -> None:
@@ -262,10 +264,13 @@ def marker(page) -> tuple[float, float]:
 
 def test_the_roofline_reads_without_js(roofline_tabs) -> None:
     page = roofline_tabs(js=False).goto(ROOFLINE)
-    chart = page.locator("#calc-roofline svg")
-    expect(chart).to_be_visible()
-    assert chart.locator(".roof").count() == 3  # the datasheet GPUs and this machine's measured roof
-    assert chart.locator(".ops circle").count() == 6
+    image = page.locator("#calc-roofline .calc-chart img")
+    expect(image).to_be_visible()
+    assert page.evaluate("(img) => img.complete && img.naturalWidth", image.element_handle()) == 640  # the file loads
+    svg = page.context.request.get(image.evaluate("img => img.src")).text()
+    assert svg.count('<g class="roof">') == 3  # the datasheet GPUs and this machine's measured roof
+    operators = svg[svg.index('<g class="ops">'):]
+    assert operators[: operators.index("</g>")].count("<circle") == 6
     assert "memory-bound" in page.locator("#calc-roofline .calc-table").inner_text()
 
 

@@ -33,7 +33,7 @@ const X = (() => {
   };
 })();
 
-/* The "Try it" blocks (templates/_calc.html): static/calc-loader.js loads this file and the lab's
+/* The "Try it" blocks (templates/_calc.html): infralens.js loads this file and the lab's
    calculators.js (window.InfraLensCalculators: each calculator's fields, presets and compiled
    outputs) on first use, then calls InfraLensCalc.start. Numbers are shown exactly as
    infralens/calculators.py shows them in the table beside the form (tests/test_calculators.py). */
@@ -117,12 +117,81 @@ const InfraLensCalc = (() => {
     return brief(v[piece.slot], earlier.format, earlier.unit, earlier.labels);
   }).join("") + " = " + show(v[output.name], output.format, output.unit, output.labels);
 
+  /* The form of an opened block: presets by group, one field per input (a log-scale slider under
+     the chart's x), each output with its arithmetic in a live region, the status, the share link. */
+  const make = (tag, props = {}, ...children) => {
+    const element = Object.assign(document.createElement(tag), props);
+    element.append(...children);
+    return element;
+  };
+  function build(section, calc) {
+    const id = section.dataset.calc, form = make("form", { className: "calc-form", noValidate: true });
+    form.setAttribute("aria-describedby", `calc-${id}-status`);
+    const grouped = {};
+    calc.presets.forEach((preset, index) => {
+      const group = preset.group || Object.keys(calc.groups)[0] || "Presets";
+      (grouped[group] = grouped[group] || []).push([index, preset.label]);
+    });
+    if (calc.presets.length > 1) {
+      Object.entries(grouped).forEach(([group, members]) => {
+        const row = make("div", { className: "calc-presets", role: "group" }, make("span", { className: "calc-group", textContent: group }));
+        row.setAttribute("aria-label", group);
+        row.querySelector("span").setAttribute("aria-hidden", "true");
+        members.forEach(([index, label]) => {
+          const button = make("button", { type: "button", textContent: label });
+          button.dataset.preset = index;
+          row.append(button);
+        });
+        form.append(row);
+      });
+    }
+    const fields = make("div", { className: "calc-fields" }), defaults = calc.presets[0].values;
+    calc.inputs.forEach((field) => {
+      const fieldId = `calc-${id}-${field.name}`, box = make("div", { className: "calc-field" }, make("label", { htmlFor: fieldId, textContent: field.label }));
+      if (field.choices) {
+        box.append(make("select", { id: fieldId, name: field.name }, ...Object.entries(field.choices).map(([name, number]) =>
+          make("option", { value: name, textContent: `${name} (${number}${field.unit ? " " + field.unit : ""})`, selected: name === defaults[field.name] }))));
+      } else {
+        const input = make("input", { id: fieldId, name: field.name, type: "text", value: String(Number((defaults[field.name] / field.scale).toPrecision(6))), autocomplete: "off" });
+        input.inputMode = field.whole ? "numeric" : "decimal";
+        input.setAttribute("aria-describedby", `${fieldId}-note`);
+        box.append(input, make("span", { className: "calc-unit", id: `${fieldId}-note`, textContent: field.unit }));
+        if (calc.chart && calc.chart.x === field.name) {
+          const slider = make("input", { className: "calc-slider", type: "range", step: "1",
+            min: String(Math.round(Math.log10(field.min) * 100)), max: String(Math.round(Math.log10(field.max) * 100)) });
+          slider.dataset.slider = field.name;
+          slider.setAttribute("aria-label", `${field.label}, on a log scale`);
+          box.append(slider);
+        }
+      }
+      fields.append(box);
+    });
+    const results = make("dl", { className: "calc-results" }, ...calc.outputs.map((output) =>
+      make("div", {}, make("dt", { textContent: output.label }), make("dd", {}, make("output", { name: output.name }), make("span", { className: "calc-work" })))));
+    results.setAttribute("aria-live", "polite");
+    results.querySelectorAll(".calc-work").forEach((span, index) => { span.dataset.work = calc.outputs[index].name; });
+    form.append(fields, results, make("p", { className: "calc-status", id: `calc-${id}-status`, role: "status" }),
+      make("p", { className: "calc-share" }, make("a", { href: `#calc-${id}`, textContent: "Link to these inputs" })));
+    section.querySelector(".calc-open").after(form);
+  }
+
+  /* The chart's file, inlined in place of its image so the ring and the current roof can move. */
+  function inline(section) {
+    const image = section.querySelector(".calc-chart img");
+    if (!image) return Promise.resolve();
+    return fetch(image.src).then((response) => response.text()).then((text) => {
+      const svg = new DOMParser().parseFromString(text, "image/svg+xml").documentElement;
+      if (svg.nodeName === "svg") image.replaceWith(document.importNode(svg, true));
+    }).catch(() => {});  // the image stays, without the ring following
+  }
+
   function start(section, calc) {
     const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
     const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
     const control = (name) => form.elements.namedItem(name);
-    // A scaled field gives back its value through a multiplication: equal to the last bit or nearly.
-    const same = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 1e-12 * Math.abs(a));
+    // A field shows 6 significant digits and gives back its value through its scale: a preset is
+    // on when the fields hold its values to that precision.
+    const same = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 1e-5 * Math.abs(a));
     // The defaults set every input; a preset, the inputs its group sets (hardware keeps the operator).
     const fields = (preset) => (preset.group ? calc.groups[preset.group] : calc.inputs.map((f) => f.name));
     const defaults = calc.presets[0].values;
@@ -191,7 +260,7 @@ const InfraLensCalc = (() => {
     const fill = (values, then = true) => {  // values as the calculator holds them (unscaled)
       Object.entries(values).forEach(([name, value]) => {
         const field = calc.inputs.find((f) => f.name === name);
-        if (field) control(name).value = field.choices ? value : String(value / field.scale);
+        if (field) control(name).value = field.choices ? value : String(Number((value / field.scale).toPrecision(6)));
       });
       if (then) update();
     };
@@ -215,12 +284,19 @@ const InfraLensCalc = (() => {
     if (!fromAddress()) update();
   }
 
-  return {
-    show, significant, read, compute,
-    start: (sections) => sections.forEach((section) => {
-      const calc = (window.InfraLensCalculators || {})[section.dataset.calc];
-      if (calc && !section.dataset.started) { section.dataset.started = "1"; start(section, calc); }
-    }),
+  /* Open a block once: build its form, inline its chart, start; then focus its first field. */
+  const open = (section, focus) => {
+    const calc = (window.InfraLensCalculators || {})[section.dataset.calc];
+    if (!calc) return Promise.resolve();
+    if (!section.dataset.started) {
+      section.dataset.started = "1";
+      build(section, calc);
+      section.classList.add("open");
+      section.opened = inline(section).then(() => { start(section, calc); section.dataset.ready = "1"; });
+    }
+    return section.opened.then(() => { if (focus) section.querySelector(".calc-form input, .calc-form select").focus(); });
   };
+
+  return { show, significant, read, compute, open };
 })();
 window.InfraLensCalc = InfraLensCalc;

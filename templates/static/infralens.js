@@ -4,7 +4,8 @@
 (() => {
   const doc = document, html = doc.documentElement;
   // The reader's script sits beside this one (run deferred, so currentScript names this file).
-  const readerSrc = doc.currentScript && doc.currentScript.src.replace(/infralens\.js([?#].*)?$/, "reader.js");
+  const staticSrc = doc.currentScript && doc.currentScript.src.replace(/infralens\.js([?#].*)?$/, "");
+  const readerSrc = staticSrc && staticSrc + "reader.js";
   const $ = (selector, scope = doc) => scope.querySelector(selector);
   const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
 
@@ -36,15 +37,15 @@
   /* Search: its script, styles and index load on first use, so they weigh nothing on a page's load. */
   function setUpSearch() {
     const box = $("[data-search-index]");
-    if (!box) return;
+    if (!box || !staticSrc) return;
     const input = $("input", box);
     let asked = false;
     const load = () => {
       if (asked) return;
       asked = true;
       doc.head.append(
-        Object.assign(doc.createElement("link"), { rel: "stylesheet", href: box.dataset.searchStyle }),
-        Object.assign(doc.createElement("script"), { src: box.dataset.searchScript }),
+        Object.assign(doc.createElement("link"), { rel: "stylesheet", href: staticSrc + "search.css" }),
+        Object.assign(doc.createElement("script"), { src: staticSrc + "search.js" }),
       );
     };
     input.addEventListener("focus", load);
@@ -92,6 +93,31 @@
     addEventListener("hashchange", load);
   }
 
+  /* Calculators: "Open the calculator" (or a link to one, #calc-ID) loads the form's styles and
+     scripts (static/calc-form.css, static/calculator.js, the calculators.js beside the lab page)
+     on first use. */
+  function setUpCalculators() {
+    const blocks = $$("[data-calc]");
+    let loading;
+    const open = (block, focus) => {
+      const add = (tag, props) => doc.head.appendChild(Object.assign(doc.createElement(tag), props));
+      loading = loading || new Promise((done) => {
+        add("link", { rel: "stylesheet", href: staticSrc + "calc-form.css" });
+        add("script", { src: staticSrc + "calculator.js", async: false });
+        add("script", { src: "calculators.js", async: false, onload: done });  // beside the lab page
+      });
+      loading.then(() => InfraLensCalc.open(block, focus));
+    };
+    const followed = () => blocks.forEach((b) => location.hash.split("?")[0] === "#calc-" + b.dataset.calc && open(b));
+    blocks.forEach((block) => {
+      const offer = $(".calc-open", block);
+      offer.hidden = false;
+      offer.firstChild.onclick = () => open(block, true);
+    });
+    addEventListener("hashchange", followed);
+    followed();
+  }
+
   /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
   function copyText(text) {
     if (navigator.clipboard && isSecureContext) return navigator.clipboard.writeText(text);
@@ -119,6 +145,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); };
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

@@ -5,8 +5,21 @@
   const box = document.querySelector("[data-search-index]");
   if (!box || box.searchReady) return;
   box.searchReady = true;
-  const [input, panel, list, message, status] = ["input", ".site-search-panel", "[role=listbox]", ".site-search-message", "[role=status]"]
-    .map((selector) => box.querySelector(selector));
+  // The page carries only the input; the combobox's list, message and live status are made here.
+  const make = (tag, props, attributes = {}) => {
+    const element = Object.assign(document.createElement(tag), props);
+    Object.entries(attributes).forEach(([name, value]) => element.setAttribute(name, value));
+    return element;
+  };
+  const input = box.querySelector("input");
+  const list = make("div", { className: "site-search-results", id: "site-search-results", hidden: true }, { role: "listbox", "aria-label": "Search results" });
+  const message = make("p", { className: "site-search-message" });
+  const panel = make("div", { className: "site-search-panel", hidden: true });
+  const status = make("p", { className: "site-search-status" }, { role: "status" });
+  panel.append(list, message);
+  box.append(panel, status);
+  Object.entries({ role: "combobox", "aria-autocomplete": "list", "aria-expanded": "false", "aria-controls": list.id })
+    .forEach(([name, value]) => input.setAttribute(name, value));
   let index = null, stop, loading = false, active = -1;
 
   const failed = () => say("Search is unavailable: its index did not load.");
