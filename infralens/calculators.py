@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from infralens.errors import Mark, Problem
-from infralens.expr import _BINARY, _COMPARE, EXACT, Expr, ExprError, condition_js, evaluate, holds, parse_call, parse_condition, parse_expr, to_js
+from infralens.expr import BINARY, COMPARE, EXACT, Expr, ExprError, condition_js, evaluate, holds, parse_call, parse_condition, parse_expr, to_js
 from infralens.models import CalcOutput, Calculator, Lab, PresetTable, Printed, PrintedPreset, RunResult, mirrored_starter
 
 Numeric = int | float
@@ -405,7 +405,7 @@ def arithmetic(expr: Expr) -> tuple[Piece, ...]:
 
 def _level(node: ast.AST) -> int:
     if isinstance(node, ast.BinOp):
-        return _PRECEDENCE[_BINARY[type(node.op)]]
+        return _PRECEDENCE[BINARY[type(node.op)]]
     if isinstance(node, ast.UnaryOp):
         return _PRECEDENCE["not" if isinstance(node.op, ast.Not) else "unary"]
     if isinstance(node, ast.BoolOp):
@@ -431,7 +431,7 @@ def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
     elif isinstance(node, ast.Name):
         pieces.append((node.id,))
     elif isinstance(node, ast.BinOp):
-        op = _BINARY[type(node.op)]
+        op = BINARY[type(node.op)]
         if op == "//":  # floor division reads as the floor of a quotient
             pieces.append("⌊")
             _wrapped(node.left, pieces, _PRECEDENCE["/"])
@@ -457,7 +457,7 @@ def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
             _wrapped(node.operand, pieces, _PRECEDENCE["unary"])
     elif isinstance(node, ast.Compare):
         _wrapped(node.left, pieces, _PRECEDENCE["compare"], strict=True)
-        pieces.append(_SHOWN_COMPARE[_COMPARE[type(node.ops[0])]])
+        pieces.append(_SHOWN_COMPARE[COMPARE[type(node.ops[0])]])
         _wrapped(node.comparators[0], pieces, _PRECEDENCE["compare"], strict=True)
     elif isinstance(node, ast.BoolOp):
         word = " and " if isinstance(node.op, ast.And) else " or "

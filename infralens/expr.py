@@ -57,8 +57,8 @@ class Expr:
 
 Number = int | float
 
-_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
-_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
 def parse_expr(text: str, names: frozenset[str] | set[str]) -> Expr:
@@ -126,7 +126,7 @@ def _check(node: ast.AST, names: frozenset[str], used: set[str], lead: int, bool
         if isinstance(node, ast.Compare):
             if len(node.ops) != 1:
                 raise ExprError("compare two values at a time (write `a < b and b < c`)", _at(node, lead))
-            if type(node.ops[0]) not in _COMPARE:
+            if type(node.ops[0]) not in COMPARE:
                 raise ExprError(f"{type(node.ops[0]).__name__} is not a comparison a calculator can make", _at(node, lead))
             _check(node.left, names, used, lead)
             _check(node.comparators[0], names, used, lead)
@@ -152,7 +152,7 @@ def _check(node: ast.AST, names: frozenset[str], used: set[str], lead: int, bool
         used.add(node.id)
         return
     if isinstance(node, ast.BinOp):
-        if type(node.op) not in _BINARY:
+        if type(node.op) not in BINARY:
             raise ExprError(f"operator {type(node.op).__name__} is not arithmetic a calculator does", _at(node, lead))
         _check(node.left, names, used, lead)
         _check(node.right, names, used, lead)
@@ -220,10 +220,10 @@ def _eval(node: ast.AST, values: dict[str, Number]):
         return -operand if isinstance(node.op, ast.USub) else (not operand) if isinstance(node.op, ast.Not) else +operand
     if isinstance(node, ast.BinOp):
         left, right = _finite(_eval(node.left, values), node.left), _finite(_eval(node.right, values), node.right)
-        return _finite(binary(_BINARY[type(node.op)], left, right, getattr(node, "col_offset", 0)), node)
+        return _finite(binary(BINARY[type(node.op)], left, right, getattr(node, "col_offset", 0)), node)
     if isinstance(node, ast.Compare):
         left, right = _eval(node.left, values), _eval(node.comparators[0], values)
-        op = _COMPARE[type(node.ops[0])]
+        op = COMPARE[type(node.ops[0])]
         return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right, "==": left == right, "!=": left != right}[op]
     if isinstance(node, ast.BoolOp):
         truths = (_eval(value, values) for value in node.values)
@@ -278,8 +278,8 @@ def call(name: str, args: list[Number], at: int = 0) -> Number:
 
 # ---------------------------------------------------------------- JavaScript
 
-_JS_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
-_JS_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "===", "!=": "!=="}
+JS_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
+JS_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "===", "!=": "!=="}
 
 
 def to_js(expr: Expr, scope: str = "v") -> str:
@@ -297,9 +297,9 @@ def _js(node: ast.AST, scope: str) -> str:
         operand = _js(node.operand, scope)
         return f"(-{operand})" if isinstance(node.op, ast.USub) else f"(!{operand})" if isinstance(node.op, ast.Not) else operand
     if isinstance(node, ast.BinOp):
-        return f"X.{_JS_BINARY[_BINARY[type(node.op)]]}({_js(node.left, scope)}, {_js(node.right, scope)})"
+        return f"X.{JS_BINARY[BINARY[type(node.op)]]}({_js(node.left, scope)}, {_js(node.right, scope)})"
     if isinstance(node, ast.Compare):
-        return f"({_js(node.left, scope)} {_JS_COMPARE[_COMPARE[type(node.ops[0])]]} {_js(node.comparators[0], scope)})"
+        return f"({_js(node.left, scope)} {JS_COMPARE[COMPARE[type(node.ops[0])]]} {_js(node.comparators[0], scope)})"
     if isinstance(node, ast.BoolOp):
         joint = " && " if isinstance(node.op, ast.And) else " || "
         return "(" + joint.join(_js(value, scope) for value in node.values) + ")"

@@ -283,3 +283,23 @@ def test_float_drift_in_a_crowded_column_does_not_break_the_chart() -> None:
            ("attention naive N=2048 d=64", 15.818), ("attention tiled N=2048 d=64", 116.0)]
     points = [roofline.Point(name, x, y, "#e07b39") for (name, x), y in zip(ops, rates)]
     assert_legible(*text_boxes(roofline.cpu_chart(points, 29.611011189527634, 5.530392492728785)))
+
+
+def test_the_pages_roofline_uses_the_datasheet_table_and_the_reports_own_counts() -> None:
+    """The calculator's hardware and operators come from these tables: pin what they hold."""
+    assert roofline.HARDWARE == {"A100 80GB SXM": roofline.A100_SXM, "H100 SXM": roofline.H100_SXM}
+    intensities = {name: Fraction(value).limit_denominator(10_000) for name, value in roofline.REFERENCE_INTENSITY.items()}
+    assert intensities == {
+        "add n=4096": Fraction(1, 12), "softmax n=4096": Fraction(5, 8),
+        "gemv n=4096": Fraction(2 * 4096 * 4096, 4096 * 4096 * 2 + 2 * 4096 * 2).limit_denominator(10_000),
+        "attention naive N=2048 d=64": Fraction(roofline.attention_flops(2048, 64), (4 * 2048 * 64 + 4 * 2048 * 2048) * 4),
+        "attention tiled N=2048 d=64": Fraction(116), "matmul n=1024": Fraction(512, 3),
+    }
+
+
+@pytest.mark.parametrize("intensity, bound, share", [(152.0, True, 152 * 2.039e12 / 312e12), (154.0, False, 1.0), (1.0, True, 2.039e12 / 312e12)])
+def test_the_bound_and_share_of_the_peak_on_either_side_of_the_a100_ridge(intensity: float, bound: bool, share: float) -> None:
+    a100 = roofline.A100_SXM
+    assert a100.ridge == pytest.approx(153.016, abs=1e-3)
+    assert roofline.memory_bound(a100, intensity) is bound
+    assert roofline.efficiency(a100, intensity) == pytest.approx(share, rel=1e-12)

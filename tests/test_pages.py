@@ -170,3 +170,16 @@ def test_links_built_from_paths_are_percent_encoded_and_never_a_scheme() -> None
 
     assert href("code/lab-01/a b#c?d%e.py") == "code/lab-01/a%20b%23c%3Fd%25e.py"
     assert href("javascript:alert(1).py") == "javascript%3Aalert%281%29.py"
+
+
+@pytest.mark.unit
+def test_a_page_shows_the_end_of_its_runs_output_within_lines_and_bytes() -> None:
+    from infralens.render import SAMPLE_BYTES, SAMPLE_LINES, sample_lines
+
+    assert sample_lines("a\nb\nc\n") == ["a", "b", "c"]
+    many = "\n".join(f"line {n}" for n in range(100))
+    assert sample_lines(many) == [f"line {n}" for n in range(100 - SAMPLE_LINES, 100)]
+    wide = "\n".join("x" * 100 for _ in range(30))
+    kept = sample_lines(wide)
+    assert sum(len(line) + 1 for line in kept) <= SAMPLE_BYTES < sum(len(line) + 1 for line in kept) + 101
+    assert sample_lines("y" * 5000) == ["y" * 5000]  # the last line is always shown, however long
