@@ -63,22 +63,7 @@ COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 
 def parse_expr(text: str, names: frozenset[str] | set[str]) -> Expr:
     """Check an expression against the whitelist and the names it may read; raise ExprError."""
-    if len(text) > MAX_LENGTH:
-        raise ExprError(f"an expression is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
-    source = text.strip()
-    lead = len(text) - len(text.lstrip())
-    if not source:
-        raise ExprError("the expression is empty")
-    try:
-        tree = ast.parse(source, mode="eval").body
-    except SyntaxError as exc:
-        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)  # no place given: at its end
-        raise ExprError(f"not an expression: {exc.msg}", lead + min(at, len(source))) from None
-    except (ValueError, MemoryError, RecursionError):
-        raise ExprError("not an expression: too deeply nested", lead) from None
-    nodes = list(ast.walk(tree))
-    if len(nodes) > MAX_NODES:
-        raise ExprError(f"an expression has at most {MAX_NODES} parts, this one has {len(nodes)}")
+    tree, lead = _syntax(text, "an expression")
     used: set[str] = set()
     _check(tree, frozenset(names), used, lead)
     return Expr(text, tree, frozenset(used))
@@ -86,24 +71,31 @@ def parse_expr(text: str, names: frozenset[str] | set[str]) -> Expr:
 
 def parse_condition(text: str, names: frozenset[str] | set[str]) -> Expr:
     """Check a condition (`seq_len <= max_seq_len`, `a > 0 and b > 0`) like `parse_expr`; raise ExprError."""
-    if len(text) > MAX_LENGTH:
-        raise ExprError(f"a condition is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
-    source = text.strip()
-    lead = len(text) - len(text.lstrip())
-    if not source:
-        raise ExprError("the condition is empty")
-    try:
-        tree = ast.parse(source, mode="eval").body
-    except SyntaxError as exc:
-        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)
-        raise ExprError(f"not a condition: {exc.msg}", lead + min(at, len(source))) from None
-    except (ValueError, MemoryError, RecursionError):
-        raise ExprError("not a condition: too deeply nested", lead) from None
-    if len(list(ast.walk(tree))) > MAX_NODES:
-        raise ExprError(f"a condition has at most {MAX_NODES} parts")
+    tree, lead = _syntax(text, "a condition")
     used: set[str] = set()
     _check(tree, frozenset(names), used, lead, boolean=True)
     return Expr(text, tree, frozenset(used))
+
+
+def _syntax(text: str, what: str) -> tuple[ast.expr, int]:
+    """Parse text as one Python expression of bounded size: its tree, and where it starts in `text`."""
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"{what} is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
+    source = text.strip()
+    lead = len(text) - len(text.lstrip())
+    if not source:
+        raise ExprError(f"the {what.split()[-1]} is empty")
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError as exc:
+        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)  # no place given: at its end
+        raise ExprError(f"not {what}: {exc.msg}", lead + min(at, len(source))) from None
+    except (ValueError, MemoryError, RecursionError):
+        raise ExprError(f"not {what}: too deeply nested", lead) from None
+    count = sum(1 for _ in ast.walk(tree))
+    if count > MAX_NODES:
+        raise ExprError(f"{what} has at most {MAX_NODES} parts, this one has {count}")
+    return tree, lead
 
 
 def holds(condition: Expr, values: dict[str, Number]) -> bool:
@@ -321,19 +313,7 @@ def parse_call(text: str, names: frozenset[str] | set[str]) -> dict:
     numbers, strings, booleans, None, lists of these, or calls;
     then `.attribute` and `[index]` steps into what it returns, kept as "path". Raise ExprError.
     """
-    if len(text) > MAX_LENGTH:
-        raise ExprError(f"a call is at most {MAX_LENGTH:,} characters, this one has {len(text):,}")
-    source = text.strip()
-    lead = len(text) - len(text.lstrip())
-    try:
-        tree = ast.parse(source, mode="eval").body
-    except SyntaxError as exc:
-        at = exc.offset - 1 if exc.offset and exc.offset > 0 else len(source)
-        raise ExprError(f"not a call: {exc.msg}", lead + min(at, len(source))) from None
-    except (ValueError, MemoryError, RecursionError):
-        raise ExprError("not a call: too deeply nested", lead) from None
-    if len(list(ast.walk(tree))) > MAX_NODES:
-        raise ExprError(f"a call has at most {MAX_NODES} parts")
+    tree, lead = _syntax(text, "a call")
     path: list[str | int] = []
     while isinstance(tree, (ast.Attribute, ast.Subscript)):
         if isinstance(tree, ast.Attribute):
