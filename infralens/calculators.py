@@ -373,8 +373,9 @@ def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = F
 
 
 def headed(label: str, unit: str | None) -> str:
-    """A table row's heading: the label, and the unit of its cells when they leave it out."""
-    return f"{label} ({unit})" if unit else label
+    """A table row's heading: the label, and the unit of its cells when they leave it out and the
+    label does not already say it ("Layers", not "Layers (layers)")."""
+    return f"{label} ({unit})" if unit and unit.lower() not in label.lower() else label
 
 
 # ---------------------------------------------------------------- the arithmetic shown

@@ -2,7 +2,7 @@
 
 Parameter counts are the totals the model authors publish for these checkpoints (Hugging Face
 model cards and config.json): Llama-2-7B 6,738,415,616; Llama-3-8B 8,030,261,248;
-Mistral-7B-v0.1 7,241,732,096. Bytes per parameter of training state: ZeRO (Rajbhandari et al.,
+Mistral-7B-v0.1 7,241,732,096; Llama-2-70B 68,976,648,192. Bytes per parameter of training state: ZeRO (Rajbhandari et al.,
 arXiv 1910.02054) sec. 3.1 for mixed-precision Adam; Megatron-LM's
 megatron/training/theoretical_memory_usage.py for the 18-byte variant with fp32 gradients.
 """
@@ -24,12 +24,19 @@ memory = load_starter(STARTER)
 LLAMA2_7B = dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=32, vocab_size=32000, ffn_dim=11008)
 LLAMA3_8B = dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=128256, ffn_dim=14336)
 MISTRAL_7B = dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=32000, ffn_dim=14336)
+LLAMA2_70B = dict(hidden_dim=8192, num_layers=80, num_heads=64, kv_heads=8, vocab_size=32000, ffn_dim=28672)
+
+
+def test_the_starters_published_table_holds_these_configs() -> None:
+    """The calculator's presets come from this table (config.json of each model)."""
+    assert memory.PUBLISHED == {"Llama-2-7B": LLAMA2_7B, "Llama-3-8B": LLAMA3_8B, "Mistral-7B": MISTRAL_7B, "Llama-2-70B": LLAMA2_70B}
+    assert memory.Config(**memory.PUBLISHED["Llama-2-7B"]) == memory.Config(ffn_dim=11008)  # the defaults' model
 
 
 @pytest.mark.parametrize(
     "config, published",
-    [(LLAMA2_7B, 6_738_415_616), (LLAMA3_8B, 8_030_261_248), (MISTRAL_7B, 7_241_732_096)],
-    ids=["llama-2-7b", "llama-3-8b", "mistral-7b"],
+    [(LLAMA2_7B, 6_738_415_616), (LLAMA3_8B, 8_030_261_248), (MISTRAL_7B, 7_241_732_096), (LLAMA2_70B, 68_976_648_192)],
+    ids=["llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-70b"],
 )
 def test_exact_parameter_count_matches_the_published_total(config: dict, published: int) -> None:
     assert memory.exact_parameter_count(memory.Config(**config)) == published
@@ -37,8 +44,8 @@ def test_exact_parameter_count_matches_the_published_total(config: dict, publish
 
 @pytest.mark.parametrize(
     "config, per_token",
-    [(LLAMA2_7B, 524_288), (LLAMA3_8B, 131_072), (MISTRAL_7B, 131_072)],
-    ids=["llama-2-7b", "llama-3-8b", "mistral-7b"],
+    [(LLAMA2_7B, 524_288), (LLAMA3_8B, 131_072), (MISTRAL_7B, 131_072), (LLAMA2_70B, 327_680)],
+    ids=["llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-70b"],
 )
 def test_bf16_kv_cache_bytes_per_token(config: dict, per_token: int) -> None:
     ledger = memory.estimate_memory(memory.Config(**config, precision_bytes=2))

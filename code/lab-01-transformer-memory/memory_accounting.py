@@ -51,6 +51,15 @@ RECIPES = {
 }
 
 
+# Published shapes (each model's config.json), for the cache of models that use GQA and of a larger one.
+PUBLISHED = {
+    "Llama-2-7B": dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=32, vocab_size=32000, ffn_dim=11008),
+    "Llama-3-8B": dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=128256, ffn_dim=14336),
+    "Mistral-7B": dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=32000, ffn_dim=14336),
+    "Llama-2-70B": dict(hidden_dim=8192, num_layers=80, num_heads=64, kv_heads=8, vocab_size=32000, ffn_dim=28672),
+}
+
+
 @dataclass(frozen=True)
 class Config:
     """Model shape and workload; the defaults are Llama-2-7B with mixed-precision Adam."""
@@ -253,6 +262,9 @@ def print_report(config: Config) -> None:
 
     print(f"\ninference KV cache ({dtype})")
     print(f"  kv cache per token: {ledger.kv_bytes_per_token:,} bytes")
+    published = {name: estimate_memory(Config(**shape, precision_bytes=config.precision_bytes)).kv_bytes_per_token
+                 for name, shape in PUBLISHED.items()}
+    print("  per token for published configs: " + ", ".join(f"{name} {b:,}" for name, b in published.items()))
     total = ledger.kv_cache_bytes
     print(f"  kv cache for {config.batch_size} x {config.seq_len:,} tokens: {total:,} bytes "
           f"({total / 1e9:.2f} GB, {total / 2**30:.2f} GiB)")
