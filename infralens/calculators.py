@@ -301,8 +301,8 @@ def grouped(digits: str) -> str:
     return sign + ",".join(parts) + ("." + fraction if fraction else "")
 
 
-def significant(value: Numeric) -> str:
-    """Three significant digits below 1,000 (trailing zeros dropped), whole with separators above."""
+def significant(value: Numeric, digits: int = 3) -> str:
+    """`digits` significant digits below 1,000 (trailing zeros dropped), whole with separators above."""
     if value == 0:
         return "0"
     size = abs(value)
@@ -313,10 +313,8 @@ def significant(value: Numeric) -> str:
     if size >= 1000:
         return grouped(fixed(value, 0))
     decimals, scaled = 0, size
-    if scaled < 100:
-        decimals, scaled = 1, scaled * 10
-        while scaled < 100:
-            decimals, scaled = decimals + 1, scaled * 10
+    while scaled < 10 ** (digits - 1):  # multiplied by ten, never a logarithm: the page does the same
+        decimals, scaled = decimals + 1, scaled * 10
     text = fixed(value, decimals)
     if "." in text:
         text = text.rstrip("0").rstrip(".")
@@ -327,39 +325,39 @@ SI = ("", "k", "M", "G", "T", "P", "E")
 IEC = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
-def scaled(value: Numeric, base: int, prefixes: tuple[str, ...]) -> tuple[str, str]:
-    """The value in the largest unit it reaches (3 significant digits) and that unit's prefix."""
+def scaled(value: Numeric, base: int, prefixes: tuple[str, ...], digits: int = 3) -> tuple[str, str]:
+    """The value in the largest unit it reaches (to `digits` significant digits) and that unit's prefix."""
     index, size = 0, abs(value)
     while index < len(prefixes) - 1 and size >= base ** (index + 1):
         index += 1
-    return significant(value / base**index), prefixes[index]
+    return significant(value / base**index, digits), prefixes[index]
 
 
-def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None) -> str:
-    """The text a page shows for an output (see models.FORMATS)."""
+def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None, digits: int = 3) -> str:
+    """The text a page shows for an output (see models.FORMATS), to `digits` significant digits."""
     after = f" {unit}" if unit else ""
     if fmt == "label" and labels and float(value).is_integer() and 0 <= value < len(labels):
         return labels[int(value)]
     if fmt == "int":
         return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
     if fmt in ("bytes", "bytes-iec"):
-        number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC)
+        number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC, digits)
         if prefix and float(value).is_integer() and abs(value) < UNSHOWN:
             return f"{number} {prefix}B ({grouped(fixed(value, 0))} B){after}"
         return f"{number} {prefix}B{after}"
     if fmt == "si":
-        number, prefix = scaled(value, 1000, SI)
+        number, prefix = scaled(value, 1000, SI, digits)
         return f"{number} {prefix}{unit or ''}".rstrip()
     if fmt == "ratio":
-        return f"{significant(value)}×{after}"
+        return f"{significant(value, digits)}×{after}"
     if fmt == "percent":
-        return f"{significant(value * 100)}%{after}"
-    return significant(value) + after
+        return f"{significant(value * 100, digits)}%{after}"
+    return significant(value, digits) + after
 
 
 def shown(output: CalcOutput, value: Numeric) -> str:
     """An output's value as its format shows it."""
-    return show(value, output.format, output.unit, output.labels)
+    return show(value, output.format, output.unit, output.labels, output.digits)
 
 
 def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = False) -> str:
@@ -503,6 +501,7 @@ def calculator_data(checked: Checked) -> dict:
             "format": output.format,
             "unit": output.unit or "",
             "labels": list(output.labels or ()),
+            "digits": output.digits,
             "pieces": [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in arithmetic(expr)],
             "js": to_js(expr),
         })
@@ -599,7 +598,7 @@ def calculator_view(checked: Checked) -> CalcView:
     rows = [row for row in inputs if len(cases) == 1 or len(set(row.cells)) > 1]
     bare = {"number", "int"}
     rows += [Row(headed(o.label, o.unit if o.format in bare else None), True,
-                 tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels) for case in cases)) for o in calc.outputs]
+                 tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels, o.digits) for case in cases)) for o in calc.outputs]
     chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
     return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
 

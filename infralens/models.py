@@ -424,10 +424,13 @@ class CalcOutput:
     format: str = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
     tolerance: Numeric = declared(Value(f"Relative gap allowed from the starter's value when either is not a whole number (default {DEFAULT_TOLERANCE:g})."), default=DEFAULT_TOLERANCE)
     labels: tuple[str, ...] | None = declared(ListOf(Text(), "With `format: label`: what the values 0, 1, ... read as, e.g. `[compute-bound, memory-bound]`.", min_items=2))
+    digits: int = declared(Integer("Significant digits shown below 1,000 (default 3; 4.125 needs 4).", minimum=1), default=3)
     mark: Mark = derived("Where the output is declared.")
 
 
 def _calc_output(f: Fields, ctx: Context) -> dict:
+    if f.values["digits"] > 15:
+        return ctx.error(f.nodes["digits"], f"digits: at most 15 (a float holds no more), got {f.values['digits']}")
     if (f.values["format"] == "label") != (f.values["labels"] is not None):
         where = f.nodes.get("labels") or f.nodes.get("format")
         return ctx.error(where, "format: label and labels go together" if where is not None else "format: label needs labels")

@@ -23,7 +23,7 @@ from infralens.expr import ExprError
 pytestmark = pytest.mark.browser
 
 PAGE = "labs/lab-01-calc/index.html"
-FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent")
+FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent", "label")
 
 
 @pytest.fixture(scope="module")
@@ -231,10 +231,13 @@ def formatter(tabs):
         st.sampled_from([0.0005, 0.00099999, 0.001, 999.5, 999.95, 1023.5, 1024.0, 1048575.9, 0.125, 2.5, 1.005, -0.5]),
     ),
     fmt=st.sampled_from(FORMATS),
+    digits=st.integers(min_value=1, max_value=8),
 )
-def test_the_page_shows_every_number_as_the_build_does(formatter, value: float, fmt: str) -> None:
+def test_the_page_shows_every_number_as_the_build_does(formatter, value: float, fmt: str, digits: int) -> None:
     unit = "FLOP/s" if fmt == "si" else "per token"
-    assert formatter.evaluate("([v, f, u]) => InfraLensCalc.show(v, f, u)", [value, fmt, unit]) == show(value, fmt, unit)
+    labels = ["no", "yes"]
+    page = formatter.evaluate("([v, f, u, l, d]) => InfraLensCalc.show(v, f, u, l, d)", [value, fmt, unit, labels, digits])
+    assert page == show(value, fmt, unit, tuple(labels), digits)
 
 
 # --- The roofline of lab 02: the ring, the bound on both sides of the ridge, the slider -----------

@@ -267,6 +267,15 @@ def test_the_arithmetic_reads_as_written_by_hand(expression: str, shown: str) ->
 
 
 @pytest.mark.unit
+def test_an_output_may_show_more_digits() -> None:
+    assert show(4.125, "number", "bits/weight") == "4.13 bits/weight"
+    assert show(4.125, "number", "bits/weight", digits=4) == "4.125 bits/weight"
+    assert show(0.03125, "percent", digits=4) == "3.125%"
+    assert show(123.456, "number", digits=5) == "123.46" and show(1234.5, "number", digits=5) == "1,235"
+    assert problems_of(CALC.replace("        format: int\n", "        format: int\n        digits: 16\n", 1)) == ["labs/lab-01-calc.yml:40:17: error: digits: at most 15 (a float holds no more), got 16"]
+
+
+@pytest.mark.unit
 def test_significant_digits_never_depend_on_a_logarithm() -> None:
     # 0.001 and 1000 sit on the boundaries where a log10-based rule may fall either side.
     assert [significant(v) for v in (0.001, 0.01, 0.1, 1, 10, 100, 999.4, 1000)] == ["0.001", "0.01", "0.1", "1", "10", "100", "999", "1,000"]

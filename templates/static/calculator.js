@@ -35,8 +35,8 @@ const X = (() => {
 
 /* The "Try it" blocks (templates/_calc.html): infralens.js loads this file and the lab's
    calculators.js (window.InfraLensCalculators: each calculator's fields, presets and compiled
-   outputs) on first use, then calls InfraLensCalc.start. Numbers are shown exactly as
-   infralens/calculators.py shows them in the table beside the form (tests/test_calculators.py). */
+   outputs) on first use, then calls InfraLensCalc.open. Numbers are shown exactly as
+   infralens/calculators.py shows them in the table beside the form (tests/test_browser_calculators.py). */
 const InfraLensCalc = (() => {
   const UNSHOWN = 1e21, TINY = 1e-6;
   const SI = ["", "k", "M", "G", "T", "P", "E"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
@@ -46,42 +46,40 @@ const InfraLensCalc = (() => {
     const [whole, fraction] = digits.replace(/^-/, "").split(".");
     return sign + whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + (fraction ? "." + fraction : "");
   };
-  const significant = (v) => {
+  const significant = (v, digits = 3) => {
     if (v === 0) return "0";
     const size = Math.abs(v), sign = v < 0 ? "-" : "";
     if (size >= UNSHOWN) return sign + "> 1e21";
     if (size < TINY) return sign + "< 1e-6";
     if (size >= 1000) return grouped(fixed(v, 0));
     let decimals = 0, scaled = size;
-    if (scaled < 100) {
-      decimals = 1; scaled *= 10;
-      while (scaled < 100) { decimals += 1; scaled *= 10; }
-    }
+    while (scaled < 10 ** (digits - 1)) { decimals += 1; scaled *= 10; }
     let text = fixed(v, decimals);
     if (text.includes(".")) text = text.replace(/0+$/, "").replace(/\.$/, "");
     return text === "-0" || text === "0" ? "0" : grouped(text);
   };
-  const scaled = (v, base, prefixes) => {
+  const scaled = (v, base, prefixes, digits) => {
     let index = 0;
     while (index < prefixes.length - 1 && Math.abs(v) >= base ** (index + 1)) index += 1;
-    return [significant(v / base ** index), prefixes[index]];
+    return [significant(v / base ** index, digits), prefixes[index]];
   };
   const exact = (v) => (Number.isInteger(v) && Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v));
-  const show = (v, format, unit, labels) => {
+  const show = (v, format, unit, labels, digits = 3) => {
     const after = unit ? " " + unit : "";
     if (format === "label" && labels && Number.isInteger(v) && v >= 0 && v < labels.length) return labels[v];
     if (format === "int") return (Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v)) + after;
     if (format === "bytes" || format === "bytes-iec") {
-      const [number, prefix] = format === "bytes" ? scaled(v, 1000, SI) : scaled(v, 1024, IEC);
+      const [number, prefix] = format === "bytes" ? scaled(v, 1000, SI, digits) : scaled(v, 1024, IEC, digits);
       if (prefix && Number.isInteger(v) && Math.abs(v) < UNSHOWN) return `${number} ${prefix}B (${exact(v)} B)${after}`;
       return `${number} ${prefix}B${after}`;
     }
-    if (format === "si") { const [number, prefix] = scaled(v, 1000, SI); return `${number} ${prefix}${unit}`.trimEnd(); }
-    if (format === "ratio") return significant(v) + "×" + after;
-    if (format === "percent") return significant(v * 100) + "%" + after;
-    return significant(v) + after;
+    if (format === "si") { const [number, prefix] = scaled(v, 1000, SI, digits); return `${number} ${prefix}${unit}`.trimEnd(); }
+    if (format === "ratio") return significant(v, digits) + "×" + after;
+    if (format === "percent") return significant(v * 100, digits) + "%" + after;
+    return significant(v, digits) + after;
   };
-  const brief = (v, format, unit, labels) => (format === "bytes" || format === "bytes-iec" ? `${exact(v)} B${unit ? " " + unit : ""}` : show(v, format, unit, labels));
+  const shown = (output, v) => show(v, output.format, output.unit, output.labels, output.digits);
+  const brief = (output, v) => (output.format === "bytes" || output.format === "bytes-iec" ? `${exact(v)} B${output.unit ? " " + output.unit : ""}` : shown(output, v));
 
   /* A field's text as a number, or why it is not one: "4,096", "4096", "1e6" and " 32 " all read. */
   const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
@@ -113,9 +111,8 @@ const InfraLensCalc = (() => {
     if (typeof piece === "string") return piece;
     const field = calc.inputs.find((f) => f.name === piece.slot);
     if (field) return significant(v[piece.slot] / field.scale) + (field.unit ? " " + field.unit : "");
-    const earlier = calc.outputs.find((o) => o.name === piece.slot);
-    return brief(v[piece.slot], earlier.format, earlier.unit, earlier.labels);
-  }).join("") + " = " + show(v[output.name], output.format, output.unit, output.labels);
+    return brief(calc.outputs.find((o) => o.name === piece.slot), v[piece.slot]);
+  }).join("") + " = " + shown(output, v[output.name]);
 
   /* The form of an opened block: presets by group, one field per input (a log-scale slider under
      the chart's x), each output with its arithmetic in a live region, the status, the share link. */
@@ -127,13 +124,13 @@ const InfraLensCalc = (() => {
   function build(section, calc) {
     const id = section.dataset.calc, form = make("form", { className: "calc-form", noValidate: true });
     form.setAttribute("aria-describedby", `calc-${id}-status`);
-    const grouped = {};
+    const rows = {};  // the defaults lead the first group's row
     calc.presets.forEach((preset, index) => {
       const group = preset.group || Object.keys(calc.groups)[0] || "Presets";
-      (grouped[group] = grouped[group] || []).push([index, preset.label]);
+      (rows[group] = rows[group] || []).push([index, preset.label]);
     });
     if (calc.presets.length > 1) {
-      Object.entries(grouped).forEach(([group, members]) => {
+      Object.entries(rows).forEach(([group, members]) => {
         const row = make("div", { className: "calc-presets", role: "group" }, make("span", { className: "calc-group", textContent: group }));
         row.setAttribute("aria-label", group);
         row.querySelector("span").setAttribute("aria-hidden", "true");
@@ -208,9 +205,9 @@ const InfraLensCalc = (() => {
       const { values, errors } = current();
       const result = errors.length ? { error: errors[0] } : compute(calc, values);
       calc.outputs.forEach((output) => {
-        const shown = form.querySelector(`output[name="${output.name}"]`), line = form.querySelector(`[data-work="${output.name}"]`);
+        const place = form.querySelector(`output[name="${output.name}"]`), line = form.querySelector(`[data-work="${output.name}"]`);
         const ok = result.out !== undefined;
-        shown.textContent = ok ? show(result.out[output.name], output.format, output.unit, output.labels) : "—";
+        place.textContent = ok ? shown(output, result.out[output.name]) : "—";
         line.textContent = ok ? work(calc, output, result.v) : "";
       });
       status.textContent = result.error || "";
