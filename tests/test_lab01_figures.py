@@ -33,6 +33,13 @@ def test_the_starters_published_table_holds_these_configs() -> None:
     assert memory.Config(**memory.PUBLISHED["Llama-2-7B"]) == memory.Config(ffn_dim=11008)  # the defaults' model
 
 
+def test_model_flag_starts_from_a_published_config_and_other_flags_still_apply() -> None:
+    config = memory.parse_config(["--model", "Llama-2-70B", "--seq-len", "8192"])
+    assert (config.num_layers, config.kv_heads, config.ffn_dim, config.seq_len) == (80, 8, 28672, 8192)
+    assert memory.estimate_memory(config).kv_bytes_per_token == 327_680
+    assert memory.parse_config([]) == memory.Config()  # no --model: the defaults, Llama-2-7B
+
+
 @pytest.mark.parametrize(
     "config, published",
     [(LLAMA2_7B, 6_738_415_616), (LLAMA3_8B, 8_030_261_248), (MISTRAL_7B, 7_241_732_096), (LLAMA2_70B, 68_976_648_192)],

@@ -51,7 +51,8 @@ RECIPES = {
 }
 
 
-# Published shapes (each model's config.json), for the cache of models that use GQA and of a larger one.
+# Published shapes (each model's config.json): `--model` starts from one; the page's calculator
+# offers them as presets.
 PUBLISHED = {
     "Llama-2-7B": dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=32, vocab_size=32000, ffn_dim=11008),
     "Llama-3-8B": dict(hidden_dim=4096, num_layers=32, num_heads=32, kv_heads=8, vocab_size=128256, ffn_dim=14336),
@@ -262,9 +263,6 @@ def print_report(config: Config) -> None:
 
     print(f"\ninference KV cache ({dtype})")
     print(f"  kv cache per token: {ledger.kv_bytes_per_token:,} bytes")
-    published = {name: estimate_memory(Config(**shape, precision_bytes=config.precision_bytes)).kv_bytes_per_token
-                 for name, shape in PUBLISHED.items()}
-    print("  per token for published configs: " + ", ".join(f"{name} {b:,}" for name, b in published.items()))
     total = ledger.kv_cache_bytes
     print(f"  kv cache for {config.batch_size} x {config.seq_len:,} tokens: {total:,} bytes "
           f"({total / 1e9:.2f} GB, {total / 2**30:.2f} GiB)")
@@ -318,6 +316,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     """Turn command-line flags into a Config, reporting bad shapes as usage errors."""
     defaults = Config()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=PUBLISHED, help="start from a published config; other flags still apply")
     parser.add_argument("--hidden-dim", type=int, default=defaults.hidden_dim)
     parser.add_argument("--num-layers", type=int, default=defaults.num_layers)
     parser.add_argument("--num-heads", type=int, default=defaults.num_heads)
@@ -336,8 +335,11 @@ def parse_config(argv: list[str] | None = None) -> Config:
                         help="training state kept per parameter: 12, 16 or 18 bytes")
     parser.add_argument("--precision-bytes", type=int, default=defaults.precision_bytes,
                         help="bytes per KV cache element (2 = bf16)")
+    model = parser.parse_known_args(argv)[0].model
+    if model:  # the model's shape replaces the defaults, and flags given with it still win
+        parser.set_defaults(**PUBLISHED[model])
     try:
-        return Config(**vars(parser.parse_args(argv)))
+        return Config(**{k: v for k, v in vars(parser.parse_args(argv)).items() if k != "model"})
     except ValueError as error:
         parser.error(str(error))
 
