@@ -21,6 +21,7 @@ from infralens.urls import artifact_url, href, lab_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
+from infralens.notebooks import has_notebook, notebook, notebook_path
 from infralens.calculators import CALCULATORS_FILE, CalcView, calculator_view, calculators_script, chart_file, check_lab_calculators
 
 
@@ -142,6 +143,7 @@ class Renderer:
         self.env.globals["source_url"] = source_url
         self.env.globals["artifact_url"] = artifact_url
         self.env.globals["chart_file"] = chart_file
+        self.env.globals["notebook_path"] = notebook_path
         self.env.tests["identifier_like"] = identifier_like
         self.env.filters["recorded_in"] = lambda path, runs: runs.get(path)
         self.env.filters["sample_lines"] = sample_lines
@@ -199,6 +201,9 @@ class Renderer:
         for starter in lab.starters:
             previewed = starter.path == excerpt.starter
             pages.append(self.render_source(site, lab, starter, sources[starter.path], bindings if previewed else (), state if previewed else None))
+            book = notebook(lab, starter, sources[starter.path].text, excerpt.key_blocks if previewed else ()) if has_notebook(starter) else None
+            if book is not None:
+                pages.append(Page(notebook_path(starter.path), book))
         return pages
 
     def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()) -> Page:

@@ -1,0 +1,75 @@
+"""Notebooks: each Python starter as a Jupyter notebook, cut at its top-level statements, its
+notes as Markdown cells; valid by nbformat's own validator, and for two labs run top to bottom in
+a real kernel (nbclient, ipykernel)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REPO, TESTS
+from infralens.build import load_project, resolve
+from infralens.notebooks import notebook, notebook_path, pieces
+
+SAMPLE = {r.lab.id: r for r in resolve(load_project(TESTS / "sites" / "sample" / "site.yml"))}
+
+
+def book_of(resolved, root: Path):
+    lab, excerpt = resolved.lab, resolved.excerpt
+    starter = next(s for s in lab.starters if s.path == excerpt.starter)
+    text = (root / starter.path).read_text()
+    return nbformat.reads(notebook(lab, starter, text, excerpt.key_blocks), as_version=4), starter
+
+
+@pytest.mark.unit
+def test_a_starter_becomes_a_valid_notebook_cut_at_its_statements_with_its_notes() -> None:
+    book, starter = book_of(SAMPLE["lab-01-sample"], TESTS / "sites" / "sample")
+    nbformat.validate(book)  # raises if not a valid nbformat 4 notebook
+    kinds = [(cell.cell_type, cell.source.split("\n")[0]) for cell in book.cells]
+    assert kinds == [
+        ("markdown", "# Lab 01: Sample KV bytes"),
+        ("code", "import argparse"),
+        ("markdown", "**Note 1: per_layer** (line 9)"),
+        ("markdown", "**Note 2: Main transition** (line 10)"),
+        ("code", "def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:"),
+        ("code", "@staticmethod"),
+        ("code", "import sys"),
+    ]
+    assert "Tiny starter for the golden site" in book.cells[0].source  # the module docstring
+    assert "K and V, so the **factor 2**." in book.cells[2].source
+    assert "# region" not in book.cells[4].source and "per_layer = 2 * kv_heads" in book.cells[4].source
+    main = book.cells[-1].source
+    assert "sys.argv = ['kv.py']" in main and main.endswith('print(f"kv bytes per token: {kv_bytes_per_token(args.layers, 32, 128, 2):,}")')
+    assert "    parser" not in main  # dedented out of the __main__ guard
+    assert notebook_path(starter.path) == "code/lab-01-sample/kv.ipynb"
+
+
+@pytest.mark.unit
+def test_comments_above_a_function_go_with_it_and_a_module_without_a_docstring_starts_at_line_1() -> None:
+    cut = pieces("import os\nX = 1\n\n# how we count\n@decorate\ndef f():\n    return X\n\nY = f()\n")
+    assert [(p.first, p.last, p.main) for p in cut] == [(1, 2, False), (3, 7, False), (8, 9, False)]
+    assert pieces("def broken(:\n") is None
+
+
+def run_notebook(lab_id: str, tmp_path: Path) -> tuple[str, tuple[str, ...]]:
+    """Build the lab's notebook from the repository, run every cell in a fresh kernel; return what
+    it printed and the `expect` patterns `check` demands of the starter's own run."""
+    from nbclient import NotebookClient
+
+    resolved = {r.lab.id: r for r in resolve(load_project(REPO / "site.yml"))}[lab_id]
+    book, starter = book_of(resolved, REPO)
+    NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.get("outputs", []))
+    return printed, starter.run.expect
+
+
+@pytest.mark.starters
+@pytest.mark.parametrize("lab_id", ["lab-01-transformer-memory", "lab-04-online-softmax"])
+def test_a_labs_notebook_runs_top_to_bottom_and_prints_what_check_expects(lab_id: str, tmp_path: Path) -> None:
+    printed, expect = run_notebook(lab_id, tmp_path)
+    assert expect, "a lab whose run expects nothing proves nothing here"
+    missing = [pattern for pattern in expect if not re.search(pattern, printed, re.MULTILINE)]
+    assert missing == []
