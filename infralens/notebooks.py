@@ -117,6 +117,8 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
         code = _code(lines, piece, script)
         if code:
             cells.append(v4.new_code_cell(code))
+    for number, cell in enumerate(cells, 1):
+        cell["id"] = f"cell-{number}"  # nbformat draws random ids: a build must write the same bytes twice
     book = v4.new_notebook(cells=cells, metadata={
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},

@@ -44,7 +44,8 @@ def test_a_starter_edit_rewrites_its_lab_and_nothing_of_the_other(site: Workspac
     starter.write_text(starter.read_text().replace("# one K and one V vector per KV head", "# K and V, edited"))
     assert build(site).rendered == 1
     assert rewritten(before, stamps(site.out)) == {
-        "labs/lab-01-sample/index.html", "code/lab-01-sample/kv.py.html", "code/lab-01-sample/kv.py", "search/chunk-0000.js",
+        "labs/lab-01-sample/index.html", "code/lab-01-sample/kv.py.html", "code/lab-01-sample/kv.py", "code/lab-01-sample/kv.ipynb",
+        "search/chunk-0000.js",
     }
     assert "# K and V, edited" in (site.out / "code/lab-01-sample/kv.py.html").read_text()
 

@@ -80,9 +80,9 @@ def test_serve_rebuilds_on_change_shows_errors_and_recovers(server, sample_site:
     assert process.wait(timeout=10) == 0
     assert process.stdout.read().strip() == "stopped"
     log = process.stderr.read()
-    # The starter edit re-rendered only its lab (its lab page and source view, plus the raw file and
-    # the search index); the title edit re-rendered both labs, whose navigation names it.
-    assert re.search(r"^rebuilt 1 of 2 labs \(2 pages, 2 other files\) in \d+ ms$", log, re.M), log
+    # The starter edit re-rendered only its lab (its lab page and source view, plus the raw file, its
+    # notebook and the search index); the title edit re-rendered both labs, whose navigation names it.
+    assert re.search(r"^rebuilt 1 of 2 labs \(2 pages, 3 other files\) in \d+ ms$", log, re.M), log
     assert re.search(r"^rebuilt 2 of 2 labs \(\d pages, \d+ other files\) in \d+ ms$", log, re.M), log
 
 
