@@ -5,7 +5,9 @@ Output: the notebook (nbformat 4 JSON). The starter is cut into cells at its top
 the module docstring becomes the title cell, imports and constants stay together, each function or
 class (with the comments and decorators above it) is a cell of its own, and the part under
 `if __name__ == "__main__":` is the last cell, run as `python starter.py` runs it (with no
-arguments). Each key block's note becomes a Markdown cell before the cell holding its first line.
+arguments); a starter whose processes import it by its file (multiprocessing's spawn) ends with a
+cell that writes the file and one that runs it. Each key block's note becomes a Markdown cell
+before the cell holding its first line.
 The starter file stays the source of truth: a notebook is generated with every build.
 """
 
@@ -84,6 +86,17 @@ def _is_main_guard(statement: ast.stmt) -> bool:
     )
 
 
+def needs_its_file(tree: ast.Module) -> bool:
+    """Whether the starter starts processes that import it by its file (multiprocessing's spawn,
+    or its own `__file__`), which a notebook's cells are not."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "__file__":
+            return True
+        if isinstance(node, ast.Constant) and node.value == "spawn" or isinstance(node, ast.Attribute) and node.attr == "spawn":
+            return True
+    return False
+
+
 def _code(lines: list[str], piece: Piece, script: str) -> str:
     chunk = "\n".join(lines[piece.first - 1 : piece.last])
     if piece.main:
@@ -110,10 +123,21 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
     title = f"# Lab {lab.number:02d}: {lab.title}\n\n`{starter.path}`: {starter.role}"
     intro = f"{title}\n\n{docstring}\n\n*Generated from the starter by `infralens build`; the starter file is the source of truth. Run the cells in order.*"
     cells = [v4.new_markdown_cell(intro.replace("\n\n\n", "\n\n"))]
+    by_file = needs_its_file(ast.parse(text))
     for piece in cut:
         for block in sorted((b for b in blocks if piece.first <= b.first <= piece.last), key=lambda b: b.first):
             where = f"line {block.first}" if block.first == block.last else f"lines {block.first}–{block.last}"
             cells.append(v4.new_markdown_cell(f"**Note {block.ordinal}: {block.name}** ({where})\n\n{block.note}"))
+        if piece.main and by_file:
+            # Its processes import the starter by its file: write the file, then run it as a script.
+            cells.append(v4.new_markdown_cell(
+                f"This starter starts processes that import it by its file ({'multiprocessing' if 'spawn' in text else 'its own path'}), "
+                f"which the cells above are not: the next cells write `{script}` and run it as `python {script}` does."))
+            cells.append(v4.new_code_cell(f"%%writefile {script}\n{text.rstrip()}"))
+            cells.append(v4.new_code_cell(
+                f"import subprocess, sys\n\ndone = subprocess.run([sys.executable, {script!r}], capture_output=True, text=True)\n"
+                "print(done.stdout, end=\"\")\nprint(done.stderr, end=\"\", file=sys.stderr)\ndone.check_returncode()"))
+            continue
         code = _code(lines, piece, script)
         if code:
             cells.append(v4.new_code_cell(code))
