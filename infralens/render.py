@@ -144,6 +144,7 @@ class Renderer:
         self.env.globals["artifact_url"] = artifact_url
         self.env.globals["chart_file"] = chart_file
         self.env.globals["notebook_path"] = notebook_path
+        self.env.globals["has_notebook"] = has_notebook
         self.env.tests["identifier_like"] = identifier_like
         self.env.filters["recorded_in"] = lambda path, runs: runs.get(path)
         self.env.filters["sample_lines"] = sample_lines

@@ -449,3 +449,18 @@ def test_a_label_output_reads_its_index_and_a_chart_names_real_inputs() -> None:
         "labs/lab-01-calc.yml:27:12: error: chart: bandwidth: 'dtype' is not a number input",
         "labs/lab-01-calc.yml:27:12: error: chart: x: 'layer' is not a number input (did you mean 'layers'?)",
     ]
+
+
+@pytest.mark.cli
+def test_the_probe_answers_inside_the_sandbox_too(calc_site: Path) -> None:
+    """`check --sandbox` imports the starter for its calculators under bubblewrap, as it runs it."""
+    from infralens.sandbox import SandboxUnavailable, open_sandbox
+
+    try:
+        open_sandbox()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    checked = run_infralens("check", "--sandbox", cwd=calc_site)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert run_infralens("build", "--out", "out", cwd=calc_site).returncode == 0
+    assert "Each column checked against the starter's" in (calc_site / "out/labs/lab-01-calc/index.html").read_text()
