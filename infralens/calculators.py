@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from pathlib import Path
 
 from infralens.errors import Mark, Problem
 from infralens.expr import BINARY, COMPARE, EXACT, Expr, ExprError, condition_js, evaluate, holds, parse_call, parse_condition, parse_expr, to_js
@@ -26,7 +25,6 @@ from infralens.models import CalcOutput, Calculator, Lab, PresetTable, Printed, 
 
 Numeric = int | float
 
-PROBE = Path(__file__).with_name("probe.py")
 CALCULATORS_FILE = "calculators.js"
 """The lab's calculators for its page's script, beside the page (labs/<id>/calculators.js)."""
 
@@ -89,15 +87,11 @@ def starter_probe(lab: Lab, starter: str, stdout: str = "") -> dict | None:
 
 
 def probe_digest(request: dict | None) -> str:
-    """Identify a request, and the probe that answers it: stored answers count only for the same."""
+    """Identify a request: stored answers count only for the same one (the probe's own version is
+    part of the run's key, results.recorders_digest)."""
     if request is None:
         return ""
-    return hashlib.sha256(json.dumps(request, sort_keys=True).encode() + _probe_bytes()).hexdigest()[:24]
-
-
-@lru_cache(maxsize=None)
-def _probe_bytes() -> bytes:
-    return PROBE.read_bytes()
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:24]
 
 
 # ---------------------------------------------------------------- parity
@@ -490,6 +484,7 @@ def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
 def calculator_data(checked: Checked) -> dict:
     """What the page's script needs of one calculator: fields, presets, and each output compiled."""
     calc = checked.calc
+    cases = page_cases(checked)
     names = {i.name for i in calc.inputs}
     outputs = []
     for output in calc.outputs:
@@ -511,9 +506,9 @@ def calculator_data(checked: Checked) -> dict:
             "min": i.min, "max": i.max,
             "choices": {name: number for name, number, _ in i.choices} if i.choices else None,
         } for i in calc.inputs],
-        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in page_cases(checked)],
+        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in cases],
         "groups": calc.groups(),
-        "chart": chart_data(calc, page_cases(checked)),
+        "chart": chart_data(calc, cases),
         "requires": [r.message for r in calc.requires],
         "outputs": outputs,
     }
@@ -625,11 +620,11 @@ class Roof:
 
 @dataclass(frozen=True)
 class Dot:
+    """An operator on the chart, numbered in the table's column order."""
+
     number: int
-    label: str
     x: float
     y: float
-    intensity: str
 
 
 @dataclass(frozen=True)
@@ -689,7 +684,7 @@ def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
     for (peak, bandwidth), label in roofs_at.items():
         path, ridge = roof_path(peak, bandwidth, lx0, lx1, ly0, px, py)
         roofs.append(Roof(label, path, ridge, (RIGHT - 4, py(peak) - 5)))
-    dots = tuple(Dot(n, case.label, px(at[chart.x]), py(at[chart.y]), significant(at[chart.x])) for n, (case, at) in enumerate(operators, 1))
+    dots = tuple(Dot(n, px(at[chart.x]), py(at[chart.y])) for n, (_, at) in enumerate(operators, 1))
     first = numbers[0]
     x_ticks = tuple(Tick(px(10.0**k), significant(10.0**k)) for k in range(lx0, lx1 + 1))
     y_ticks = tuple(Tick(py(10.0**k), "".join(scaled(10.0**k, 1000, SI))) for k in range(ly0, ly1 + 1))

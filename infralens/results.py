@@ -57,7 +57,7 @@ def run_key(root: Path, starter: Starter) -> str:
     """Hash what a starter's run depends on: its folder's files, its run spec, Python and torch."""
     digest = hashlib.sha256()
     folder = (root / starter.path).parent
-    parts = [_FORMAT, tracer_digest(), starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
+    parts = [_FORMAT, recorders_digest(), starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
     for part in parts:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
@@ -67,9 +67,13 @@ def run_key(root: Path, starter: Starter) -> str:
 
 
 @lru_cache(maxsize=None)
-def tracer_digest() -> str:
-    """Identify the tracer a run is recorded with (trace_state.py): a changed tracer records anew."""
-    return hashlib.sha256(Path(__file__).with_name("trace_state.py").read_bytes()).hexdigest()
+def recorders_digest() -> str:
+    """Identify the programs that record what a result holds besides its run: the tracer
+    (trace_state.py) and the calculators' parity probe (probe.py). A changed one records anew."""
+    digest = hashlib.sha256()
+    for name in ("trace_state.py", "probe.py"):
+        digest.update(Path(__file__).with_name(name).read_bytes())
+    return digest.hexdigest()
 
 
 HASHED_BYTES = 64 << 20
