@@ -48,7 +48,8 @@ REFUSED = frozenset({r"\href", r"\class", r"\style"})
 ARGUMENTS = {"mfrac": 2, "mroot": 2, "msub": 2, "msup": 2, "msubsup": 3, "munder": 2, "mover": 2, "munderover": 3}
 """MathML elements with a fixed number of children; fewer means latex2mathml let a missing argument through."""
 
-_CHARACTER_REFERENCE = re.compile(r"&amp;(#x[0-9A-Fa-f]+;)")
+_CHARACTER_REFERENCE = re.compile(r"&amp;#x([0-9A-Fa-f]+);")
+_ESCAPED = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 _COMMAND = re.compile(r"\\(?:[A-Za-z]+|.?)")
 _TEXT_ESCAPE = re.compile(r"\\([%_$&#])")
 
@@ -97,9 +98,17 @@ def to_mathml(latex: str, *, display: bool) -> str:
         node.text = node.text and _TEXT_ESCAPE.sub(r"\1", node.text)
     check_tree(element)
     # latex2mathml stores symbols as character references ("&#x02211;") in element text; the
-    # serializer escapes them with everything else, so only those are turned back. Any `<` or `&`
-    # the writer typed (in \text{…}, say) stays escaped.
-    return _CHARACTER_REFERENCE.sub(r"&\1", tostring(element, encoding="unicode"))
+    # serializer escapes them with everything else, so only those are turned back, into the
+    # characters themselves (a page is UTF-8; "∑" is 3 bytes, its reference 10). `<`, `>` and `&`
+    # stay escaped, as does any the writer typed (in \text{…}, say). The namespace is left out:
+    # an HTML parser puts <math> in MathML's by itself, and a page carries many formulas.
+    element.attrib.pop("xmlns", None)
+    return _CHARACTER_REFERENCE.sub(_character, tostring(element, encoding="unicode"))
+
+
+def _character(match: re.Match[str]) -> str:
+    character = chr(int(match.group(1), 16))
+    return _ESCAPED.get(character, character)
 
 
 def brace_problem(latex: str) -> str | None:
