@@ -341,9 +341,9 @@ def plan(
 
 
 def nav_key(nav: Nav) -> str:
-    """Hash what a lab page shows of its neighbours: their ids, numbers and titles, and the track."""
+    """Hash what a lab page shows of its neighbours: their ids, numbers, titles and question counts, and the track."""
     def named(card: LabCard | None) -> str:
-        return f"{card.id}\0{card.number}\0{card.title}" if card else "-"
+        return f"{card.id}\0{card.number}\0{card.title}\0{card.questions}" if card else "-"
 
     return digest(nav.track_title, str(nav.before), str(nav.after), named(nav.previous), named(nav.next), repr(nav.other_tracks), *map(named, nav.window))
 

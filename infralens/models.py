@@ -63,13 +63,15 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("starters", "Starter files", "Annotated starter links"),
     ("preview", "Annotated Code Preview", "Starter Preview"),
     ("key_blocks", "Line-by-line Explanation", "Key code blocks"),
+    ("questions", "Practice", "Check yourself"),
     ("checkpoints", "What to Notice", "How to read this code"),
     ("misunderstandings", "Common Misunderstandings", "What this code does not mean"),
     ("interview", "Interview Explanation", "How to say it out loud"),
     ("intuition", "External intuition notes", "Additional intuition"),
     ("further_reading", "Further Reading", "Official, paper and practical references"),
 )
-"""The lab page's sections after the header, in order: (id, eyebrow label, default title)."""
+"""The lab page's sections after the header, in order: (id, eyebrow label, default title). A lab
+without questions has no 'questions' section."""
 
 TRACE_SECTIONS: dict[str, tuple[str, str]] = {
     "concept_goal": ("What broke", "The failure, as it first showed"),
@@ -712,6 +714,88 @@ class Calculator:
         return {group: tuple(i.name for i in self.inputs if i.name in names) for group, names in sets.items()}
 
 
+# ---------------------------------------------------------------- questions
+
+
+UNIT_DOC = (
+    "The unit of the answer without a prefix: `B`, `FLOP/s`, `s`, `x`, `%`, `tokens`... A reader may "
+    "type a prefix (k, M, G, T, P; Ki, Mi, Gi, Ti for bytes and the like; m, u, µ, n), an exponent "
+    "(2.15e9) or thousands separators (2,147,483,648); what the run printed is read the same way."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericAnswer:
+    """A numeric answer: a figure the starter's checked run printed, never typed into the manifest."""
+
+    printed: Written = declared(
+        Source("A regex whose first group matches the figure in the run's output, with its prefixed unit "
+               "when the run prints one: `per token: ([\\d,.]+ KiB)`."),
+        required=True,
+    )
+    starter: str | None = declared(Text("The starter whose run prints it (default: the previewed one)."))
+    unit: str | None = declared(Text(UNIT_DOC))
+    tolerance: float = declared(Number("Relative error still graded close (default 0.05: within 5%)."), default=0.05)
+    mark: Mark = derived("Where the answer is declared.")
+    starter_mark: Mark | None = derived("Where the answer names its starter, if it does.")
+
+
+def _numeric_answer(f: Fields, ctx: Context) -> dict:
+    """The pattern must compile and have a group; the tolerance is a fraction below 1."""
+    pattern = f.values["printed"]
+    try:
+        compiled = re.compile(pattern.text)
+    except re.error as exc:
+        return ctx.error(f.nodes["printed"], f"printed: invalid regular expression {pattern.text!r}: {exc}")
+    if compiled.groups < 1:
+        return ctx.error(f.nodes["printed"], f"printed: {pattern.text!r} has no group; its first group is the figure")
+    if f.values["tolerance"] >= 1:
+        return ctx.error(f.nodes["tolerance"], f"tolerance is a fraction of the answer (0.05 for 5%), got {f.values['tolerance']}")
+    unit = f.values["unit"]
+    if unit is not None and not re.fullmatch(r"[^\s\d.,+-][^\s\d]*", unit):
+        return ctx.error(f.nodes["unit"], f"unit {unit!r} is one word with no digits, like 'B' or 'FLOP/s'")
+    return {"mark": f.mark, "starter_mark": f.marks.get("starter")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One choice of a question, with why it is right or not."""
+
+    text: str = declared(Prose("The choice as the reader sees it. " + MARKDOWN), required=True)
+    correct: bool = declared(Literal(True, "`true` on the one right choice."), default=False)
+    why: str = declared(Prose("Why it is right, or why not: shown when the reader picks it and in the answer. " + MARKDOWN), required=True)
+    mark: Mark = derived("Where the choice is declared.")
+
+
+def _question(f: Fields, ctx: Context) -> dict:
+    """A choice question has one right choice among at least two."""
+    choices = f.values["choices"]
+    if choices:
+        right = [option for option in choices if option.correct]
+        if len(right) != 1:
+            return ctx.error(f.nodes["choices"], f"choices: exactly one is `correct: true`, got {len(right)}")
+    return {"mark": f.mark}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """A question the reader answers before the page tells: a number the run printed, or a choice."""
+
+    id: str | None = declared(Text("Identifier in the page's address (`#q-ID`) and in the reader's progress (default: q1, q2... by position).", ID_PATTERN, "a lowercase id like 'ridge'"))
+    prompt: str = declared(Prose("The question. " + MARKDOWN), required=True)
+    answer: NumericAnswer | None = declared(record(NumericAnswer, "answer", finish=_numeric_answer))
+    choices: tuple[Option, ...] = declared(
+        ListOf(record(Option, "choice", finish=lambda f, ctx: {"mark": f.mark}), "The choices, one of them `correct: true`.", min_items=2),
+        default=(),
+    )
+    explanation: str = declared(Prose("Why the answer is what it is, shown with it. " + MARKDOWN), required=True)
+    blocks: tuple[Written, ...] = declared(
+        ListOf(Source("A key block's name."), "The key blocks the explanation relies on, linked beside it.", min_items=1),
+        required=True,
+    )
+    mark: Mark = derived("Where the question is declared.")
+
+
 @dataclass(frozen=True)
 class Intuition:
     """An intuition bullet with a labelled link."""
@@ -795,6 +879,11 @@ class Lab:
         ListOf(record(Calculator, "calculator", finish=_calculator), "\"Try it\" blocks whose results the starter's own functions confirm (see `infralens check`)."),
         default=(), indexed=False,
     )
+    questions: tuple[Question, ...] = declared(
+        ListOf(record(Question, "question", finish=_question, exclusive=(("answer", "choices"),)),
+               "Questions the reader answers before the page tells: numeric ones graded by the checked run, or choices."),
+        default=(), indexed=False,
+    )
     id: str = derived("The lab id: the manifest's file stem.")
     path: str = derived("The manifest, relative to the site root.")
     number_mark: Mark = derived("Where the manifest writes its number.")
@@ -803,10 +892,21 @@ class Lab:
     def sections(self) -> tuple[tuple[str, str, str], ...]:
         """Return the page's sections in order: (id, eyebrow label, title), with this lab's titles."""
         titles = dict(self.titles)
-        return tuple((sid, eyebrow, titles.get(sid, title)) for sid, eyebrow, title in sections_of(self.kind))
+        shown = sections_of(self.kind) if self.questions else tuple(s for s in sections_of(self.kind) if s[0] != "questions")
+        return tuple((sid, eyebrow, titles.get(sid, title)) for sid, eyebrow, title in shown)
 
     def section_title(self, section: str) -> str:
         return next(title for sid, _, title in self.sections() if sid == section)
+
+
+def question_id(question: Question, position: int) -> str:
+    """A question's id: its own, or q1, q2... by its 1-based position in the lab."""
+    return question.id or f"q{position}"
+
+
+def answering_starter(lab: Lab, answer: NumericAnswer) -> str:
+    """The starter whose checked run prints a numeric answer: its own, or the previewed one."""
+    return answer.starter or lab.preview.starter
 
 
 def mirrored_starter(lab: Lab, calc: Calculator) -> str:
@@ -833,13 +933,15 @@ class LabCard:
     starters: tuple[Starter, ...]
     number_mark: Mark
     track_mark: Mark
+    questions: int = 0
+    """How many questions the lab asks: the index and the navigation show the reader's score of them."""
 
 
 def card_of(lab: Lab) -> LabCard:
     """Return the card of a parsed lab."""
     return LabCard(
         lab.id, lab.path, lab.number, lab.title, lab.track, lab.summary, lab.topic, lab.concrete, lab.kind,
-        lab.starters, lab.number_mark, lab.track_mark,
+        lab.starters, lab.number_mark, lab.track_mark, len(lab.questions),
     )
 
 

@@ -8,8 +8,8 @@ so are the editors' JSON Schemas and schema/reference.md written from here.
 from __future__ import annotations
 
 
-from infralens.errors import Problems
-from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track, mirrored_starter
+from infralens.errors import Mark, Problems
+from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track, answering_starter, mirrored_starter, question_id
 from infralens.schema import INVALID, Context, Fields, Record, compose, did_you_mean, record
 
 
@@ -90,6 +90,21 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
             ctx.problems.add(calc.mark, f"calculator {calc.id!r}: starter {path!r} is not one of the lab's starters")
         elif not path.endswith(".py") or starter.run is None:
             ctx.problems.add(calc.mark, f"calculator {calc.id!r}: its values come from a Python starter that runs, and {path!r} is not one")
+    asked: dict[str, Mark] = {}
+    for position, question in enumerate(lab.questions, start=1):
+        qid = question_id(question, position)
+        if qid in asked:
+            ctx.problems.add(question.mark, f"question {qid!r}: the id of question at line {asked[qid].line} too; give it an `id`")
+        asked.setdefault(qid, question.mark)
+        for block in question.blocks:
+            if block.text not in seen:
+                ctx.problems.add(block.mark, f"question {qid!r}: blocks: {block.text!r} is not a key block's name{did_you_mean(block.text, seen)}")
+        if question.answer is not None:
+            path = answering_starter(lab, question.answer)
+            starter = paths.get(path)
+            if starter is None or starter.run is None:
+                what = "one of the lab's starters" if starter is None else "a starter that runs (it has no `run`)"
+                ctx.problems.add(question.answer.starter_mark or question.answer.mark, f"question {qid!r}: starter {path!r} is not {what}; the answer is a figure its checked run prints")
 
 
 def json_schemas() -> dict[str, dict]:

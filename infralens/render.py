@@ -22,6 +22,7 @@ from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site,
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
 from infralens.notebooks import has_notebook, notebook, notebook_path
+from infralens.questions import Answered, answered_questions
 from infralens.calculators import CALCULATORS_FILE, CalcView, calculator_view, calculators_script, chart_file, check_lab_calculators
 
 
@@ -189,8 +190,11 @@ class Renderer:
         if problems:  # a calculator that disagrees with its starter's checked values is not published
             raise InputError(problems)
         calculators = tuple(calculator_view(one) for one in checked)
+        answered, problems = answered_questions(lab, runs)
+        if problems:  # a question whose answer the checked run does not print cannot be shown
+            raise InputError(problems)
         folder = PurePosixPath(lab_url(lab.id)).parent
-        pages = [self.render_lab(site, resolved, runs, nav, state, calculators)]
+        pages = [self.render_lab(site, resolved, runs, nav, state, calculators, answered)]
         if state is not None:
             pages.append(Page(f"{folder}/{STATE_FILE}", state_script(state)))
         if checked:
@@ -207,7 +211,10 @@ class Renderer:
                 pages.append(Page(notebook_path(starter.path), book))
         return pages
 
-    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()) -> Page:
+    def render_lab(
+        self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None,
+        calculators: tuple[CalcView, ...] = (), answered: tuple[Answered, ...] = (),
+    ) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
@@ -223,6 +230,8 @@ class Renderer:
             state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             calculators=calculators,
+            answered=answered,
+            blocks_by_name={block.name: block for block in excerpt.key_blocks},
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from infralens.claims import figure_line, unbacked_figures
 from infralens.markdown import python_blocks
-from infralens.errors import Mark
+from infralens.errors import Mark, Problem
 from infralens.models import Lab, RunResult, Starter
 from infralens.results import ResultStore, run_key
 from infralens.sandbox import Sandbox
@@ -585,15 +585,27 @@ def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
     """Fail a mirrored starter's run when a calculator of the lab disagrees with its probe's answers."""
     from infralens.calculators import calculator_problems
 
-    by_starter = calculator_problems(lab, {result.starter: result for result in results})
-    failed = []
+    return failed_by(results, calculator_problems(lab, {result.starter: result for result in results}))
+
+
+def check_questions(lab: Lab, results: list[RunResult]) -> list[RunResult]:
+    """Fail a passed run when a question's pattern matches nothing it printed: its page could not
+    give that answer."""
+    from infralens.questions import question_problems
+
+    return failed_by(results, question_problems(lab, {result.starter: result for result in results}))
+
+
+def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]]) -> list[RunResult]:
+    """Fail each passed run that has problems, at the first of them, saying how many more there are."""
+    checked = []
     for result in results:
         problems = sorted(by_starter.get(result.starter, []), key=lambda p: p.mark)
         if problems and result.passed:
             more = f"; and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''} (infralens build lists them)" if len(problems) > 1 else ""
             result = replace(result, status="failed", reason=problems[0].message + more, mark=problems[0].mark)
-        failed.append(result)
-    return failed
+        checked.append(result)
+    return checked
 
 
 def become_subreaper() -> bool:
@@ -660,6 +672,7 @@ def run_labs(
             runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]
             runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
             runs = check_calculators(lab, runs)
+            runs = check_questions(lab, runs)
             for result in runs:
                 if on_result:
                     on_result(result)

@@ -1,6 +1,6 @@
 /* InfraLens reader: theme toggle, folding navigation, annotated code reader, line links, copy
-   buttons, and the search box's loader. Progressive enhancement only: every page reads completely
-   without this file. No dependencies. */
+   buttons, reading progress, and the loaders of search, calculators and questions. Progressive
+   enhancement only: every page reads completely without this file. No dependencies. */
 (() => {
   const doc = document, html = doc.documentElement;
   // The reader's script sits beside this one (run deferred, so currentScript names this file).
@@ -118,6 +118,58 @@
     followed();
   }
 
+  /* Questions: "Check" grades an answer (static/questions.js, loaded on first use); an answer sent
+     before the script has loaded is graded once it has. */
+  function setUpQuestions() {
+    const list = $(".questions");
+    if (!list) return;
+    let loading;
+    const load = () => (loading = loading || new Promise((done) => {
+      doc.head.append(Object.assign(doc.createElement("script"), { src: staticSrc + "questions.js", onload: done }));
+    }));
+    list.addEventListener("focusin", load);
+    list.addEventListener("submit", (event) => {
+      event.preventDefault();
+      load().then(() => InfraLensQuestions.check(event.target));
+    });
+  }
+
+  /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
+     q: {id: 1 tried, 2 right}}}), shown as marks beside links to labs, with a reset on the index. */
+  const KEY = "infralens-progress";
+  function setUpProgress() {
+    let progress = {};
+    try { progress = JSON.parse(localStorage.getItem(KEY)) || {}; } catch (e) { return; }
+    const lab = doc.body.dataset.lab;
+    if (lab) {
+      (progress[lab] = progress[lab] || {}).seen = 1;
+      try { localStorage.setItem(KEY, JSON.stringify(progress)); } catch (e) { /* full: marks only */ }
+    }
+    let seen = 0, right = 0;
+    $$("a[data-lab]").forEach((link) => {
+      const mine = progress[link.dataset.lab];
+      if (!mine) return;
+      const asked = Number(link.dataset.questions || 0);
+      const got = Object.values(mine.q || {}).filter((v) => v === 2).length;
+      seen += 1;
+      right += got;
+      const mark = Object.assign(doc.createElement("span"), { className: "mark" });
+      const shown = Object.assign(doc.createElement("span"), { textContent: "✓" + (asked ? ` ${got}/${asked}` : "") });
+      shown.setAttribute("aria-hidden", "true");
+      mark.append(shown, Object.assign(doc.createElement("span"), { className: "sr", textContent: `: visited${asked ? `, ${got} of ${asked} questions right` : ""}` }));
+      link.append(mark);
+    });
+    const panel = $(".progress");
+    if (!panel || !seen) return;
+    $("span", panel).textContent = `In this browser: ${seen} lab${seen > 1 ? "s" : ""} visited, ${right} question${right !== 1 ? "s" : ""} answered right.`;
+    $("button", panel).onclick = () => {
+      try { localStorage.removeItem(KEY); } catch (e) { /* nothing kept */ }
+      $$(".mark").forEach((mark) => mark.remove());
+      panel.hidden = true;
+    };
+    panel.hidden = false;
+  }
+
   /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
   function copyText(text) {
     if (navigator.clipboard && isSecureContext) return navigator.clipboard.writeText(text);
@@ -145,6 +197,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); };
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpQuestions(); setUpProgress(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();
