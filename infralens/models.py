@@ -728,33 +728,30 @@ UNIT_DOC = (
 class NumericAnswer:
     """A numeric answer: a figure the starter's checked run printed, never typed into the manifest."""
 
-    printed: Written = declared(
-        Source("A regex whose first group matches the figure in the run's output, with its prefixed unit "
-               "when the run prints one: `per token: ([\\d,.]+ KiB)`."),
+    printed: str = declared(
+        Regex("A regex whose first group matches the figure in the run's output, with its prefixed unit "
+              "when the run prints one: `per token: ([\\d,.]+ KiB)`."),
         required=True,
     )
     starter: str | None = declared(Text("The starter whose run prints it (default: the previewed one)."))
     unit: str | None = declared(Text(UNIT_DOC))
     tolerance: float = declared(Number("Relative error still graded close (default 0.05: within 5%)."), default=0.05)
     mark: Mark = derived("Where the answer is declared.")
+    printed_mark: Mark = derived("Where the pattern is written.")
     starter_mark: Mark | None = derived("Where the answer names its starter, if it does.")
 
 
 def _numeric_answer(f: Fields, ctx: Context) -> dict:
-    """The pattern must compile and have a group; the tolerance is a fraction below 1."""
+    """The pattern needs a group (the figure); the tolerance is a fraction below 1."""
     pattern = f.values["printed"]
-    try:
-        compiled = re.compile(pattern.text)
-    except re.error as exc:
-        return ctx.error(f.nodes["printed"], f"printed: invalid regular expression {pattern.text!r}: {exc}")
-    if compiled.groups < 1:
-        return ctx.error(f.nodes["printed"], f"printed: {pattern.text!r} has no group; its first group is the figure")
+    if re.compile(pattern).groups < 1:
+        return ctx.error(f.nodes["printed"], f"printed: '{pattern}' has no group; its first group is the figure")
     if f.values["tolerance"] >= 1:
         return ctx.error(f.nodes["tolerance"], f"tolerance is a fraction of the answer (0.05 for 5%), got {f.values['tolerance']}")
     unit = f.values["unit"]
     if unit is not None and not re.fullmatch(r"[^\s\d.,+-][^\s\d]*", unit):
         return ctx.error(f.nodes["unit"], f"unit {unit!r} is one word with no digits, like 'B' or 'FLOP/s'")
-    return {"mark": f.mark, "starter_mark": f.marks.get("starter")}
+    return {"mark": f.mark, "printed_mark": f.marks["printed"], "starter_mark": f.marks.get("starter")}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -94,7 +94,7 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
     for position, question in enumerate(lab.questions, start=1):
         qid = question_id(question, position)
         if qid in asked:
-            ctx.problems.add(question.mark, f"question {qid!r}: the id of question at line {asked[qid].line} too; give it an `id`")
+            ctx.problems.add(question.mark, f"question id {qid!r} is taken by the question at line {asked[qid].line}; give this one its own `id`")
         asked.setdefault(qid, question.mark)
         for block in question.blocks:
             if block.text not in seen:

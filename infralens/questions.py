@@ -17,6 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import regex
+
 from infralens.errors import Problem
 from infralens.models import Lab, Option, Question, RunResult, answering_starter, question_id
 
@@ -27,8 +29,13 @@ PREFIXES: dict[str, float] = {
 }
 """What a prefix before the unit multiplies by. Binary ones are for bytes, as runs print them."""
 
+MATCH_SECONDS = 2.0
+"""How long a question's pattern may take to match a run's output (as an `expect` pattern may)."""
+
 _NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
-_SPACES = re.compile(r"[\s\u00a0\u2009\u202f_]+")
+_GROUPING = re.compile(r"[_\u2009\u202f]")
+"""Digit grouping a reader may type and that is dropped: 1_000, and thin spaces."""
+_SPACES = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ def reading(text: str, unit: str | None) -> Figure | None:
     After the number may come a prefix, then the unit itself (either may be left out). 'bytes' and
     'byte' are read as 'B'; for unit 'x' also '×'.
     """
-    text = _SPACES.sub(" ", text.strip())
+    text = _SPACES.sub(" ", _GROUPING.sub("", text).strip())
     match = _NUMBER.match(text)
     if match is None or not (match.group(2) or match.group(3)):
         return None
@@ -121,14 +128,17 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     if result is None or not result.passed:
         return Answered(qid, question), None
     pattern = spec.printed
-    match = re.search(pattern.text, result.stdout, re.MULTILINE)
+    try:  # the regex module, with a time limit: a pattern that backtracks without end stops
+        match = regex.search(pattern, result.stdout, regex.MULTILINE, timeout=MATCH_SECONDS)
+    except TimeoutError:
+        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: '{pattern}' did not finish matching the run's output in {MATCH_SECONDS:g} s (a pattern that backtracks without end?)")
     if match is None or match.group(1) is None:
-        return Answered(qid, question), Problem(pattern.mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches {pattern.text!r}")
+        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches '{pattern}'")
     printed = match.group(1).strip()
     figure = reading(printed, spec.unit)
     if figure is None:
         unit = f" in {spec.unit!r}" if spec.unit else ""
-        return Answered(qid, question), Problem(pattern.mark, f"question {qid!r}: the run printed {printed!r} where {pattern.text!r} matches, which is not a number{unit}")
+        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: the run printed {printed!r} where '{pattern}' matches, which is not a number{unit}")
     start = result.stdout.rfind("\n", 0, match.start(1)) + 1
     end = result.stdout.find("\n", match.end(1))
     line = " ".join(result.stdout[start : end if end >= 0 else len(result.stdout)].split())

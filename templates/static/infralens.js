@@ -147,24 +147,21 @@
     }
     let seen = 0, right = 0;
     $$("a[data-lab]").forEach((link) => {
-      const mine = progress[link.dataset.lab];
+      const mine = progress[link.dataset.lab], asked = link.dataset.questions;
       if (!mine) return;
-      const asked = Number(link.dataset.questions || 0);
       const got = Object.values(mine.q || {}).filter((v) => v === 2).length;
       seen += 1;
       right += got;
-      const mark = Object.assign(doc.createElement("span"), { className: "mark" });
-      const shown = Object.assign(doc.createElement("span"), { textContent: "✓" + (asked ? ` ${got}/${asked}` : "") });
-      shown.setAttribute("aria-hidden", "true");
-      mark.append(shown, Object.assign(doc.createElement("span"), { className: "sr", textContent: `: visited${asked ? `, ${got} of ${asked} questions right` : ""}` }));
-      link.append(mark);
+      const mark = Object.assign(doc.createElement("span"), { className: "mark", textContent: asked ? `✓ ${got}/${asked}` : "✓" });
+      mark.setAttribute("aria-hidden", "true");  // the words below say it
+      link.append(mark, Object.assign(doc.createElement("span"), { className: "sr", textContent: ` (visited${asked ? `, ${got} of ${asked} questions right` : ""})` }));
     });
     const panel = $(".progress");
     if (!panel || !seen) return;
     $("span", panel).textContent = `In this browser: ${seen} lab${seen > 1 ? "s" : ""} visited, ${right} question${right !== 1 ? "s" : ""} answered right.`;
     $("button", panel).onclick = () => {
       try { localStorage.removeItem(KEY); } catch (e) { /* nothing kept */ }
-      $$(".mark").forEach((mark) => mark.remove());
+      $$(".mark, a[data-lab] .sr").forEach((mark) => mark.remove());
       panel.hidden = true;
     };
     panel.hidden = false;

@@ -26,7 +26,7 @@
   /* "2 GiB", "2.15e9", "2,147,483,648" → {value, half}: the number in `unit`, and half the step of
      its last written digit; null when it is not a number in that unit. */
   function reading(text, unit) {
-    text = text.trim().replace(/[\s\u00a0\u2009\u202f_]+/g, " ");
+    text = text.replace(/[_\u2009\u202f]/g, "").trim().replace(/\s+/g, " ");
     const m = NUMBER.exec(text);
     if (!m || !(m[2] || m[3])) return null;
     const value = Number(m[1] + (m[2] || "0").replace(/,/g, "") + "." + (m[3] || "") + (m[4] ? "e" + m[4] : ""));

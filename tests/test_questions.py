@@ -1,0 +1,228 @@
+"""Questions: reading numbers with units, answers taken from the checked run, the manifest's errors,
+and `check` and `build` on tests/sites/questions (the real commands)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TESTS, run_infralens
+from infralens.errors import InputError, Mark
+from infralens.models import RunResult
+from infralens.parse import parse_lab
+from infralens.questions import Figure, answered_questions, question_problems, reading
+
+SITE = TESTS / "sites" / "questions"
+MANIFEST = "labs/lab-01-q.yml"
+
+READINGS: tuple[tuple[str, str | None, float | None], ...] = (
+    ("2 GiB", "B", 2.0**31),
+    ("2GiB", "B", 2.0**31),
+    ("2.15e9", "B", 2.15e9),
+    ("2,147,483,648", "B", 2147483648.0),
+    ("2,147,483,648 B", "B", 2147483648.0),
+    ("2 GB", "B", 2e9),
+    ("1,024 bytes", "B", 1024.0),
+    ("128.0 KiB", "B", 131072.0),
+    ("  4.00 MiB ", "B", 4194304.0),
+    ("37.5%", "%", 37.5),
+    ("37.5", "%", 37.5),
+    ("3.2x", "x", 3.2),
+    ("3.2×", "x", 3.2),
+    ("12 ms", "s", 0.012),
+    ("12 µs", "s", 12e-6),
+    ("0.083 FLOP/B", "FLOP/B", 0.083),
+    ("83 mFLOP/B", "FLOP/B", 0.083),
+    ("312 TFLOP/s", "FLOP/s", 312e12),
+    ("2.1G", None, 2.1e9),
+    ("-3", None, -3.0),
+    ("+.5", None, 0.5),
+    ("5.", None, 5.0),
+    ("1_000", None, 1000.0),
+    ("2\u202f147\u202f483\u202f648", "B", 2147483648.0),
+    ("1,23", None, None),
+    ("2 gb", "B", None),
+    ("2 GiB", "FLOP", None),
+    ("abc", None, None),
+    ("", None, None),
+    (".", None, None),
+    ("1e400", None, None),
+    ("1/12", None, None),
+    ("2 GiB extra", "B", None),
+)
+"""What a reader may type, in a question's unit, and the number it reads as (None: not a number).
+The browser test holds questions.js to this same table."""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("text", "unit", "value"), READINGS)
+def test_reading_numbers_with_units_and_prefixes(text: str, unit: str | None, value: float | None) -> None:
+    figure = reading(text, unit)
+    assert (figure.value if figure else None) == (value if value is None else pytest.approx(value, rel=1e-12))
+
+
+@pytest.mark.unit
+def test_a_figure_knows_how_finely_it_was_written() -> None:
+    assert reading("0.083", None) == Figure(0.083, 0.0005)
+    assert reading("1,024", "B") == Figure(1024.0, 0.5)
+    assert reading("4.00 MiB", "B").half_step == pytest.approx(0.005 * 2**20)
+    assert reading("2.15e9", None).half_step == pytest.approx(5e6)
+
+
+def lab(extra: str = ""):
+    return parse_lab(MANIFEST, "lab-01-q", (SITE / MANIFEST).read_text() + extra)
+
+
+def run(stdout: str, status: str = "passed") -> dict[str, RunResult]:
+    result = RunResult("lab-01-q", "code/lab-01-q/kv.py", status, 0.1, 0, stdout, "", "", Mark("x"), finished="2026-11-24T08:00:00Z")
+    return {result.starter: result}
+
+
+OUTPUT = "kv  bytes per token: 1,024\nkv cache of 4096 tokens: 4.00 MiB   \n"
+
+
+@pytest.mark.unit
+def test_answers_come_from_what_the_run_printed() -> None:
+    answered, problems = answered_questions(lab(), run(OUTPUT))
+    assert problems == []
+    assert [q.id for q in answered] == ["per-token", "q2", "why-two"]
+    first, second, third = answered
+    assert (first.figure.value, first.shown, first.line) == (1024.0, "1,024 B", "kv bytes per token: 1,024")
+    assert (second.figure.value, second.shown, second.line) == (4194304.0, "4.00 MiB", "kv cache of 4096 tokens: 4.00 MiB")
+    assert third.figure is None and third.right == 0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("runs", [{}, run(OUTPUT, status="failed")], ids=["no run", "failed run"])
+def test_without_a_passing_run_a_question_has_no_answer_and_no_problem(runs) -> None:
+    answered, problems = answered_questions(lab(), runs)
+    assert problems == [] and all(q.figure is None for q in answered)
+
+
+@pytest.mark.unit
+def test_a_pattern_the_run_does_not_match_is_a_problem_at_the_pattern() -> None:
+    answered, problems = answered_questions(lab(), run("kv bytes per token: 1,024\n"))
+    assert [str(p) for p in problems] == [
+        f"{MANIFEST}:37:16: error: question 'q2': the checked run of code/lab-01-q/kv.py printed nothing that matches 'tokens: ([\\d.]+ MiB)'"
+    ]
+    assert answered[1].figure is None and answered[0].figure is not None
+    assert list(question_problems(lab(), run("kv bytes per token: 1,024\n"))) == ["code/lab-01-q/kv.py"]
+
+
+@pytest.mark.unit
+def test_a_match_that_is_not_a_number_in_the_unit_is_a_problem() -> None:
+    _, problems = answered_questions(lab(), run("kv bytes per token: 1,024\nkv cache of 4096 tokens: 4.00.1 MiB\n"))
+    assert [p.message for p in problems] == ["question 'q2': the run printed '4.00.1 MiB' where 'tokens: ([\\d.]+ MiB)' matches, which is not a number in 'B'"]
+
+
+def errors_of(extra: str, base: str | None = None) -> list[str]:
+    text = base if base is not None else (SITE / MANIFEST).read_text().split("questions:")[0]
+    with pytest.raises(InputError) as caught:
+        parse_lab(MANIFEST, "lab-01-q", text + extra)
+    return [str(problem) for problem in caught.value.problems]
+
+
+NUMERIC = """questions:
+  - prompt: How many?
+    answer: {answer}
+    explanation: Because.
+    blocks: [total]
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ("{printed: 'x', unit: B}", "29:23: error: printed: 'x' has no group; its first group is the figure"),
+        ("{printed: '(x', unit: B}", "29:23: error: invalid regular expression '(x': missing ), unterminated subpattern at position 0"),
+        ("{printed: '(x)', tolerance: 1.5}", "29:41: error: tolerance is a fraction of the answer (0.05 for 5%), got 1.5"),
+        ("{printed: '(x)', unit: 2 B}", "29:36: error: unit '2 B' is one word with no digits, like 'B' or 'FLOP/s'"),
+        ("{printed: '(x)', starter: code/lab-01-q/nope.py}", "29:39: error: question 'q1': starter 'code/lab-01-q/nope.py' is not one of the lab's starters; the answer is a figure its checked run prints"),
+    ],
+)
+def test_a_numeric_answer_is_checked_as_the_manifest_is_read(answer: str, message: str) -> None:
+    assert errors_of(NUMERIC.format(answer=answer)) == [f"{MANIFEST}:{message}"]
+
+
+@pytest.mark.unit
+def test_a_question_has_an_answer_or_choices_and_known_blocks() -> None:
+    both = NUMERIC.format(answer="{printed: '(x)'}") + "    choices: [{text: A, correct: true, why: W}, {text: B, why: V}]\n"
+    assert errors_of(both) == [f"{MANIFEST}:32:14: error: question needs exactly one of 'answer', 'choices', got 2"]
+    neither = "questions:\n  - prompt: How many?\n    explanation: Because.\n    blocks: [total]\n"
+    assert errors_of(neither) == [f"{MANIFEST}:28:5: error: question needs exactly one of 'answer', 'choices', got 0"]
+    unknown = NUMERIC.format(answer="{printed: '(x)'}").replace("[total]", "[totl, per_layer]")
+    assert errors_of(unknown) == [f"{MANIFEST}:31:14: error: question 'q1': blocks: 'totl' is not a key block's name (did you mean 'total'?)"]
+    twice = NUMERIC.format(answer="{printed: '(x)'}").replace("  - prompt", "  - id: q2\n    prompt") + NUMERIC.format(answer="{printed: '(y)'}").removeprefix("questions:\n")
+    assert errors_of(twice) == [f"{MANIFEST}:33:5: error: question id 'q2' is taken by the question at line 28; give this one its own `id`"]
+
+
+@pytest.mark.unit
+def test_a_lab_without_questions_has_no_practice_section() -> None:
+    assert "questions" in [sid for sid, _, _ in lab().sections()]
+    bare = parse_lab(MANIFEST, "lab-01-q", (SITE / MANIFEST).read_text().split("questions:")[0])
+    assert "questions" not in [sid for sid, _, _ in bare.sections()]
+
+
+@pytest.mark.unit
+def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number() -> None:
+    from infralens.build import load_project
+
+    project = load_project(REPO / "site.yml")
+    for one in project.labs:
+        kinds = {"choice" if q.choices else "number" for q in one.questions}
+        assert len(one.questions) >= 3 and kinds == {"choice", "number"}, one.id
+
+
+# ------------------------------------------------------------------ the real commands
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    copy = tmp_path / "site"
+    shutil.copytree(SITE, copy, ignore=shutil.ignore_patterns(".infralens", "output"))
+    return copy
+
+
+def env_of(site: Path) -> dict[str, str]:
+    return {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
+
+
+@pytest.mark.cli
+def test_check_then_build_shows_each_answer_the_run_printed(site: Path) -> None:
+    assert run_infralens("check", cwd=site, env=env_of(site)).returncode == 0
+    built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
+    assert built.returncode == 0, built.stderr
+    page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
+    assert '<details class="q-reveal"><summary>Answer</summary>' in page
+    assert "<strong>1,024 B</strong>" in page and "<strong>4.00 MiB</strong>" in page
+    assert 'data-a="4194304.0"' in page
+    index = (site / "out" / "index.html").read_text()
+    assert 'data-lab="lab-01-q" data-questions="3"' in index
+
+
+@pytest.mark.cli
+def test_without_a_checked_run_a_numeric_question_has_no_reveal(site: Path) -> None:
+    built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
+    assert built.returncode == 0, built.stderr
+    page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
+    assert page.count('class="q-reveal"') == 1  # the choice question's only
+    assert page.count("no checked run has printed it yet") == 2
+
+
+@pytest.mark.cli
+def test_a_pattern_the_run_no_longer_matches_fails_check_and_build_at_its_line(site: Path) -> None:
+    assert run_infralens("check", cwd=site, env=env_of(site)).returncode == 0
+    manifest = site / MANIFEST
+    manifest.write_text(manifest.read_text().replace("'tokens: ([\\d.]+ MiB)'", "'tokens: ([\\d.]+ GiB)'"))
+    built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
+    assert built.returncode == 1
+    line = f"{MANIFEST}:37:16: error: question 'q2': the checked run of code/lab-01-q/kv.py printed nothing that matches 'tokens: ([\\d.]+ GiB)'"
+    assert line in built.stderr and "Traceback" not in built.stderr
+    checked = run_infralens("check", cwd=site, env=env_of(site))
+    assert checked.returncode == 1
+    assert "code/lab-01-q/kv.py  failed" in checked.stdout and "(stored result)" in checked.stdout  # not run again
+    assert line.replace("error: ", "error: code/lab-01-q/kv.py: ") in checked.stderr
