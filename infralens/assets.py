@@ -4,6 +4,9 @@ Pure: (file name, text) → text. Stylesheets and scripts are minified (rcssmin,
 and layout whitespace go, names and behaviour stay), because every lab page loads them and a lab
 page's budget is 60 KiB of HTML, CSS and JS together; the sources under templates/ stay readable.
 Other files (images, fonts) are copied as they are.
+
+rjsmin reads a template literal nested inside another's `${…}` as code and drops its spaces: the
+scripts build such strings by concatenation instead (test_assets.py holds them to it).
 """
 
 from __future__ import annotations

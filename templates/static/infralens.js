@@ -152,9 +152,9 @@
       const got = Object.values(mine.q || {}).filter((v) => v === 2).length;
       seen += 1;
       right += got;
-      const mark = Object.assign(doc.createElement("span"), { className: "mark", textContent: asked ? `✓ ${got}/${asked}` : "✓" });
+      const mark = Object.assign(doc.createElement("span"), { className: "mark", textContent: asked ? "✓ " + got + "/" + asked : "✓" });
       mark.setAttribute("aria-hidden", "true");  // the words below say it
-      link.append(mark, Object.assign(doc.createElement("span"), { className: "sr", textContent: ` (visited${asked ? `, ${got} of ${asked} questions right` : ""})` }));
+      link.append(mark, Object.assign(doc.createElement("span"), { className: "sr", textContent: " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")" }));
     });
     const panel = $(".progress");
     if (!panel || !seen) return;
