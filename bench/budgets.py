@@ -3,7 +3,7 @@
 Builds the site into a scratch folder, serves it on 127.0.0.1 without compression, loads every
 page in Debian's Chromium and counts the bytes of each response by kind, the requests that leave
 the site and the console errors. Prints one row per page and exits 1 when a lab page is over its
-budget: 60 KiB (61,440 bytes) of HTML+CSS+JS as loaded, zero off-site requests, zero console
+budget: 60 KiB (61,440 bytes) of HTML+CSS+JS as loaded (a lab's page and its practice page each), zero off-site requests, zero console
 errors. What a page fetches only on a reader's action (the search index, on first use of the
 search box; a calculator's form, when it is first opened) is not part of its load; a row for each
 shows that cost separately.
@@ -91,7 +91,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "output"
         subprocess.run([sys.executable, "-m", "infralens", "build", "--out", str(out)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-        pages = ["index.html"] + sorted(str(p.relative_to(out)) for p in (out / "labs").glob("*/index.html"))
+        pages = ["index.html"] + sorted(str(p.relative_to(out)) for p in (out / "labs").glob("*/*.html"))
         pages += sorted(str(p.relative_to(out)) for p in (out / "code").rglob("*.html"))
         server, base = serve(out)
         failures = 0
@@ -103,7 +103,7 @@ def main() -> int:
                 if (out / "search-index.js").exists():
                     rows.append(("(first use of search, on the index)", measure(browser, base, "index.html", use_search)))
                 for path in pages:  # what opening a calculator fetches, once per page that has one
-                    if path.startswith("labs/") and (out / path).with_name("calculators.js").exists():
+                    if path.endswith("/index.html") and path.startswith("labs/") and (out / path).with_name("calculators.js").exists():
                         rows.append((f"(first calculator opened, {path.split('/')[1]})", measure(browser, base, path, open_calculator)))
                 browser.close()
         finally:
@@ -122,7 +122,7 @@ def main() -> int:
             for problem in f["external"] + f["errors"]:
                 print(f"    {problem}")
         print(
-            f"lab pages: {len(lab_totals)}, largest {max(lab_totals):,} bytes ({max(lab_totals) / 1024:.1f} KiB), "
+            f"lab and practice pages: {len(lab_totals)}, largest {max(lab_totals):,} bytes ({max(lab_totals) / 1024:.1f} KiB), "
             f"median {sorted(lab_totals)[len(lab_totals) // 2]:,} bytes; budget {budget:,} bytes ({args.budget_kib:g} KiB) of HTML+CSS+JS"
         )
         print(f"{failures} page(s) over budget or with off-site requests or console errors")

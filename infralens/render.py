@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from infralens.errors import InputError, Mark, Problem
 from infralens.markdown import parser
-from infralens.urls import artifact_url, href, lab_url, source_url
+from infralens.urls import artifact_url, href, lab_url, practice_url, source_url
 from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
@@ -142,6 +142,7 @@ class Renderer:
         self.env.globals["kinds"] = KINDS
         self.env.filters["href"] = href
         self.env.globals["source_url"] = source_url
+        self.env.globals["practice_url"] = practice_url
         self.env.globals["artifact_url"] = artifact_url
         self.env.globals["chart_file"] = chart_file
         self.env.globals["notebook_path"] = notebook_path
@@ -194,7 +195,9 @@ class Renderer:
         if problems:  # a question whose answer the checked run does not print cannot be shown
             raise InputError(problems)
         folder = PurePosixPath(lab_url(lab.id)).parent
-        pages = [self.render_lab(site, resolved, runs, nav, state, calculators, answered)]
+        pages = [self.render_lab(site, resolved, runs, nav, state, calculators)]
+        if answered:
+            pages.append(self.render_practice(site, resolved, nav, answered))
         if state is not None:
             pages.append(Page(f"{folder}/{STATE_FILE}", state_script(state)))
         if checked:
@@ -211,10 +214,7 @@ class Renderer:
                 pages.append(Page(notebook_path(starter.path), book))
         return pages
 
-    def render_lab(
-        self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None,
-        calculators: tuple[CalcView, ...] = (), answered: tuple[Answered, ...] = (),
-    ) -> Page:
+    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()) -> Page:
         """Render one lab page with its eleven sections in order."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
@@ -230,12 +230,25 @@ class Renderer:
             state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             calculators=calculators,
-            answered=answered,
-            blocks_by_name={block.name: block for block in excerpt.key_blocks},
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,
             next_lab=nav.next,
+            root=root_prefix(path),
+        )
+        return Page(path, html)
+
+    def render_practice(self, site: Site, resolved: ResolvedLab, nav, answered: tuple[Answered, ...]) -> Page:
+        """Render a lab's practice page: its questions, each answer from the checked run."""
+        lab = resolved.lab
+        path = practice_url(lab.id)
+        html = self.template(
+            "practice.html",
+            site=site,
+            lab=lab,
+            answered=answered,
+            blocks_by_name={block.name: block for block in resolved.excerpt.key_blocks},
+            nav=nav,
             root=root_prefix(path),
         )
         return Page(path, html)

@@ -16,6 +16,11 @@ def lab_url(lab_id: str) -> str:
     return f"labs/{lab_id}/index.html"
 
 
+def practice_url(lab_id: str) -> str:
+    """Path of a lab's practice page (its questions) under output/."""
+    return f"labs/{lab_id}/practice.html"
+
+
 def source_url(starter_path: str) -> str:
     """Path of a starter's source view under output/."""
     return f"{starter_path}.html"

@@ -18,7 +18,8 @@ from test_questions import READINGS
 
 pytestmark = pytest.mark.browser
 
-PAGE = "labs/lab-01-q/index.html"
+PAGE = "labs/lab-01-q/practice.html"
+LAB = "labs/lab-01-q/index.html"
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,13 @@ def test_a_right_a_close_and_a_wrong_answer_get_their_verdicts(tabs) -> None:
     assert answer(second, "4 GiB") == "Off by 1,024x, too high."
 
 
+def test_the_lab_page_leads_to_its_practice(tabs) -> None:
+    page = tabs().goto(LAB)
+    page.locator(".practice-link").click()
+    expect(page).to_have_title("Practice · Lab 01: Question lab · Questions")
+    expect(page.locator(".q")).to_have_count(3)
+
+
 def test_a_choice_says_why_and_the_answer_reveals(tabs) -> None:
     page = tabs().goto(PAGE)
     question = page.locator("#q-why-two")
@@ -82,7 +90,7 @@ def test_a_choice_says_why_and_the_answer_reveals(tabs) -> None:
     expect(reveal.get_by_text("1,024 B")).to_be_hidden()
     reveal.locator("summary").click()
     expect(reveal.get_by_text("1,024 B")).to_be_visible()
-    expect(reveal.get_by_role("link", name="note 1, per_layer")).to_have_attribute("href", "#kb-per_layer")
+    expect(reveal.get_by_role("link", name="note 1, per_layer")).to_have_attribute("href", "../../labs/lab-01-q/index.html#kb-per_layer")
 
 
 def test_progress_survives_a_reload_marks_the_index_and_resets(tabs) -> None:
@@ -94,6 +102,8 @@ def test_progress_survives_a_reload_marks_the_index_and_resets(tabs) -> None:
     nav = page.get_by_role("navigation", name="Labs").get_by_role("link", name="Question lab")
     expect(nav).to_contain_text("✓ 1/3")
     expect(nav.locator(".sr")).to_have_text(" (visited, 1 of 3 questions right)")
+    lab = tab.goto(LAB)
+    expect(lab.locator(".practice-link")).to_contain_text("✓ 1/3")
     index = tab.goto("index.html")
     card = index.locator('a[data-lab="lab-01-q"]')
     expect(card).to_contain_text("✓ 1/3")

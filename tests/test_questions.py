@@ -196,7 +196,9 @@ def test_check_then_build_shows_each_answer_the_run_printed(site: Path) -> None:
     assert run_infralens("check", cwd=site, env=env_of(site)).returncode == 0
     built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
     assert built.returncode == 0, built.stderr
-    page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
+    lab_page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
+    assert '<a class="practice-link" href="../../labs/lab-01-q/practice.html" data-lab="lab-01-q" data-questions="3">3 questions</a>' in lab_page
+    page = (site / "out" / "labs" / "lab-01-q" / "practice.html").read_text()
     assert '<details class="q-reveal"><summary>Answer</summary>' in page
     assert "<strong>1,024 B</strong>" in page and "<strong>4.00 MiB</strong>" in page
     assert 'data-a="4194304.0"' in page
@@ -208,7 +210,7 @@ def test_check_then_build_shows_each_answer_the_run_printed(site: Path) -> None:
 def test_without_a_checked_run_a_numeric_question_has_no_reveal(site: Path) -> None:
     built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
     assert built.returncode == 0, built.stderr
-    page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
+    page = (site / "out" / "labs" / "lab-01-q" / "practice.html").read_text()
     assert page.count('class="q-reveal"') == 1  # the choice question's only
     assert page.count("no checked run has printed it yet") == 2
 

@@ -1,5 +1,5 @@
 /* InfraLens reader: theme toggle, folding navigation, annotated code reader, line links, copy
-   buttons, reading progress, and the loaders of search, calculators and questions. Progressive
+   buttons, reading progress, and the loaders of search and calculators. Progressive
    enhancement only: every page reads completely without this file. No dependencies. */
 (() => {
   const doc = document, html = doc.documentElement;
@@ -118,49 +118,30 @@
     followed();
   }
 
-  /* Questions: "Check" grades an answer (static/questions.js, loaded on first use); an answer sent
-     before the script has loaded is graded once it has. */
-  function setUpQuestions() {
-    const list = $(".questions");
-    if (!list) return;
-    let loading;
-    const load = () => (loading = loading || new Promise((done) => {
-      doc.head.append(Object.assign(doc.createElement("script"), { src: staticSrc + "questions.js", onload: done }));
-    }));
-    list.addEventListener("focusin", load);
-    list.addEventListener("submit", (event) => {
-      event.preventDefault();
-      load().then(() => InfraLensQuestions.check(event.target));
-    });
-  }
-
   /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
-     q: {id: 1 tried, 2 right}}}), shown as marks beside links to labs, with a reset on the index. */
-  const KEY = "infralens-progress";
+     q: {id: 1 tried, 2 right}}}), marked beside links to labs; the index says it all and resets it. */
   function setUpProgress() {
-    let progress = {};
-    try { progress = JSON.parse(localStorage.getItem(KEY)) || {}; } catch (e) { return; }
-    const lab = doc.body.dataset.lab;
-    if (lab) {
-      (progress[lab] = progress[lab] || {}).seen = 1;
-      try { localStorage.setItem(KEY, JSON.stringify(progress)); } catch (e) { /* full: marks only */ }
-    }
-    let seen = 0, right = 0;
+    const key = "infralens-progress", lab = doc.body.dataset.lab, panel = $(".progress"), span = (props) => Object.assign(doc.createElement("span"), props);
+    let all, seen = 0, right = 0;
+    try {
+      all = JSON.parse(localStorage.getItem(key)) || {};
+      if (lab) localStorage.setItem(key, JSON.stringify(Object.assign(all, { [lab]: { ...all[lab], seen: 1 } })));
+    } catch (e) { return; }
     $$("a[data-lab]").forEach((link) => {
-      const mine = progress[link.dataset.lab], asked = link.dataset.questions;
+      const mine = all[link.dataset.lab], asked = link.dataset.questions;
       if (!mine) return;
-      const got = Object.values(mine.q || {}).filter((v) => v === 2).length;
-      seen += 1;
+      const got = Object.values(mine.q || {}).filter((v) => v > 1).length;
+      seen++;
       right += got;
-      const mark = Object.assign(doc.createElement("span"), { className: "mark", textContent: asked ? "✓ " + got + "/" + asked : "✓" });
-      mark.setAttribute("aria-hidden", "true");  // the words below say it
-      link.append(mark, Object.assign(doc.createElement("span"), { className: "sr", textContent: " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")" }));
+      link.append(
+        span({ className: "mark", textContent: asked ? "✓ " + got + "/" + asked : "✓", ariaHidden: "true" }),  // the words below say it
+        span({ className: "sr", textContent: " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")" }),
+      );
     });
-    const panel = $(".progress");
     if (!panel || !seen) return;
     $("span", panel).textContent = `In this browser: ${seen} lab${seen > 1 ? "s" : ""} visited, ${right} question${right !== 1 ? "s" : ""} answered right.`;
     $("button", panel).onclick = () => {
-      try { localStorage.removeItem(KEY); } catch (e) { /* nothing kept */ }
+      try { localStorage.removeItem(key); } catch (e) { /* nothing was kept */ }
       $$(".mark, a[data-lab] .sr").forEach((mark) => mark.remove());
       panel.hidden = true;
     };
@@ -194,6 +175,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpQuestions(); setUpProgress(); };
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpProgress(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

@@ -1,6 +1,5 @@
-/* InfraLens questions: grade a reader's answer against the checked run's figure, on the page.
-   infralens.js loads this file when the reader first reaches for a question, and hands it any
-   answer sent before it loaded. A number is read as infralens/questions.py `reading` reads what the
+/* InfraLens questions: grade a reader's answer against the checked run's figure, on a lab's
+   practice page (which loads this file; without it, each answer is a details reveal). A number is read as infralens/questions.py `reading` reads what the
    run printed (a browser test holds the two to one table). Each result is kept in this browser's
    progress (localStorage "infralens-progress"); nothing leaves the browser. */
 (() => {
@@ -94,5 +93,10 @@
     say(form, kind, words);
   }
 
+  doc.addEventListener("submit", (event) => {
+    if (!event.target.matches(".q-form")) return;
+    event.preventDefault();
+    check(event.target);
+  });
   window.InfraLensQuestions = { check, reading, grade };
 })();
