@@ -79,7 +79,8 @@ class BuildState:
     site: tuple[str, Site] | None = None
     """The digest of site.yml's text and the Site parsed from it."""
     run_keys: dict[tuple[str, str], tuple[tuple, str]] = field(default_factory=dict)
-    """(starter path, run spec) → (stamp of its folder, run key): a folder is hashed again only when it changed."""
+    """(starter, run spec) → ((folder stamp, run environment), run key): a key is hashed again only
+    when the starter's folder or what every key depends on changed."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
 
 def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> BuildSummary:
     state = session.state_for(ws)
+    if full:  # nothing remembered: every starter's run key is hashed again too
+        session.run_keys.clear()
     if not (state.units or state.shared):
         ws.check_not_foreign(SITE_MARKER)
     site_state = state.site
@@ -631,9 +634,9 @@ class Session:
 
     def run_key(self, ws: Workspace, starter) -> str:
         """Return the run key of a starter, hashing its folder again only when a file in it changed."""
-        from infralens.results import folder_stamp, run_key
+        from infralens.results import folder_stamp, run_environment, run_key
 
-        stamp = folder_stamp(ws.root, starter)
+        stamp = (folder_stamp(ws.root, starter), run_environment())  # a new tracer or probe: a new key
         remembered = self.run_keys.get((starter.path, repr(starter.run)))
         if remembered and remembered[0] == stamp:
             return remembered[1]

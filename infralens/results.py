@@ -67,6 +67,15 @@ def run_key(root: Path, starter: Starter) -> str:
 
 
 @lru_cache(maxsize=None)
+def run_environment() -> str:
+    """Hash what every run key depends on besides the starter (see run_key): the store's format, the
+    recorders, Python, torch and numpy. A build remembers a starter's key while its folder is
+    unchanged, and only while this is the same."""
+    parts = [_FORMAT, recorders_digest(), sys.version, installed_version("torch"), installed_version("numpy")]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@lru_cache(maxsize=None)
 def recorders_digest() -> str:
     """Identify the programs that record what a result holds besides its run: the tracer
     (trace_state.py) and the calculators' parity probe (probe.py). A changed one records anew."""

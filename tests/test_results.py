@@ -116,3 +116,22 @@ def test_an_artifact_that_is_not_an_image_is_offered_as_a_download(sample_site: 
     assert ('<p class="run-files">Files it wrote: <a href="../../runs/lab-01-sample/trace.json" download><code>trace.json</code></a>, '
             '<a href="../../runs/lab-01-sample/t.csv" download><code>t.csv</code></a></p>') in page
     assert "<img" not in page.split('class="run-files"')[1].split("</p>")[0]
+
+
+def test_a_remembered_run_key_is_hashed_again_when_what_every_key_depends_on_changes(sample_site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build remembers each starter's run key while its folder is unchanged; a new tracer or
+    probe changes every key without touching a folder, and the build must see the new one."""
+    from infralens import results
+    from infralens.build import Session
+    from infralens.parse import parse_lab
+    from infralens.workspace import Workspace
+
+    ws = Workspace.open(sample_site / "site.yml")
+    manifest = next((sample_site / "labs").glob("*.yml"))
+    starter = next(s for s in parse_lab(f"labs/{manifest.name}", manifest.stem, manifest.read_text()).starters if s.run)
+    session = Session()
+    first = session.run_key(ws, starter)
+    assert session.run_key(ws, starter) == first
+    monkeypatch.setattr(results, "recorders_digest", lambda: "a new tracer")
+    monkeypatch.setattr(results, "run_environment", lambda: "a new tracer")
+    assert session.run_key(ws, starter) == results.run_key(ws.root, starter) != first
