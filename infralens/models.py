@@ -63,15 +63,13 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("starters", "Starter files", "Annotated starter links"),
     ("preview", "Annotated Code Preview", "Starter Preview"),
     ("key_blocks", "Line-by-line Explanation", "Key code blocks"),
-    ("questions", "Practice", "Check yourself"),
     ("checkpoints", "What to Notice", "How to read this code"),
     ("misunderstandings", "Common Misunderstandings", "What this code does not mean"),
     ("interview", "Interview Explanation", "How to say it out loud"),
     ("intuition", "External intuition notes", "Additional intuition"),
     ("further_reading", "Further Reading", "Official, paper and practical references"),
 )
-"""The lab page's sections after the header, in order: (id, eyebrow label, default title). A lab
-without questions has no 'questions' section."""
+"""The lab page's sections after the header, in order: (id, eyebrow label, default title)."""
 
 TRACE_SECTIONS: dict[str, tuple[str, str]] = {
     "concept_goal": ("What broke", "The failure, as it first showed"),
@@ -889,8 +887,7 @@ class Lab:
     def sections(self) -> tuple[tuple[str, str, str], ...]:
         """Return the page's sections in order: (id, eyebrow label, title), with this lab's titles."""
         titles = dict(self.titles)
-        shown = sections_of(self.kind) if self.questions else tuple(s for s in sections_of(self.kind) if s[0] != "questions")
-        return tuple((sid, eyebrow, titles.get(sid, title)) for sid, eyebrow, title in shown)
+        return tuple((sid, eyebrow, titles.get(sid, title)) for sid, eyebrow, title in sections_of(self.kind))
 
     def section_title(self, section: str) -> str:
         return next(title for sid, _, title in self.sections() if sid == section)

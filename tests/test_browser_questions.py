@@ -105,7 +105,7 @@ def test_progress_survives_a_reload_marks_the_index_and_resets(tabs) -> None:
     lab = tab.goto(LAB)
     expect(lab.locator(".practice-link")).to_contain_text("✓ 1/3")
     index = tab.goto("index.html")
-    card = index.locator('a[data-lab="lab-01-q"]')
+    card = index.locator(".lab-card-link")
     expect(card).to_contain_text("✓ 1/3")
     panel = index.locator(".progress")
     expect(panel).to_contain_text("In this browser: 1 lab visited, 1 question answered right.")

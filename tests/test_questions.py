@@ -161,13 +161,6 @@ def test_a_question_has_an_answer_or_choices_and_known_blocks() -> None:
 
 
 @pytest.mark.unit
-def test_a_lab_without_questions_has_no_practice_section() -> None:
-    assert "questions" in [sid for sid, _, _ in lab().sections()]
-    bare = parse_lab(MANIFEST, "lab-01-q", (SITE / MANIFEST).read_text().split("questions:")[0])
-    assert "questions" not in [sid for sid, _, _ in bare.sections()]
-
-
-@pytest.mark.unit
 def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number() -> None:
     from infralens.build import load_project
 
@@ -197,13 +190,13 @@ def test_check_then_build_shows_each_answer_the_run_printed(site: Path) -> None:
     built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
     assert built.returncode == 0, built.stderr
     lab_page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
-    assert '<a class="practice-link" href="../../labs/lab-01-q/practice.html" data-lab="lab-01-q" data-questions="3">3 questions</a>' in lab_page
+    assert '<a class="practice-link" href="../../labs/lab-01-q/practice.html" data-questions="3">3 questions</a>' in lab_page
     page = (site / "out" / "labs" / "lab-01-q" / "practice.html").read_text()
     assert '<details class="q-reveal"><summary>Answer</summary>' in page
     assert "<strong>1,024 B</strong>" in page and "<strong>4.00 MiB</strong>" in page
     assert 'data-a="4194304.0"' in page
     index = (site / "out" / "index.html").read_text()
-    assert 'data-lab="lab-01-q" data-questions="3"' in index
+    assert '<a class="lab-card-link" href="labs/lab-01-q/index.html" data-questions="3">' in index
 
 
 @pytest.mark.cli

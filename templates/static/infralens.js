@@ -119,7 +119,8 @@
   }
 
   /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
-     q: {id: 1 tried, 2 right}}}), marked beside links to labs; the index says it all and resets it. */
+     q: {id: 1 tried, 2 right}}}), marked beside the links to labs of the navigation, the index's cards
+     and a lab's practice link (a link names its lab by its address); the index sums it up and resets it. */
   function setUpProgress() {
     const key = "infralens-progress", lab = doc.body.dataset.lab, panel = $(".progress"), span = (props) => Object.assign(doc.createElement("span"), props);
     let all, seen = 0, right = 0;
@@ -127,8 +128,8 @@
       all = JSON.parse(localStorage.getItem(key)) || {};
       if (lab) localStorage.setItem(key, JSON.stringify(Object.assign(all, { [lab]: { ...all[lab], seen: 1 } })));
     } catch (e) { return; }
-    $$("a[data-lab]").forEach((link) => {
-      const mine = all[link.dataset.lab], asked = link.dataset.questions;
+    $$(".sidenav li a, .lab-card-link, .practice-link").forEach((link) => {
+      const mine = all[(link.pathname.match(/labs\/([^/]+)\/\w+\.html$/) || [])[1]], asked = link.dataset.questions;
       if (!mine) return;
       const got = Object.values(mine.q || {}).filter((v) => v > 1).length;
       seen++;
@@ -142,7 +143,7 @@
     $("span", panel).textContent = `In this browser: ${seen} lab${seen > 1 ? "s" : ""} visited, ${right} question${right !== 1 ? "s" : ""} answered right.`;
     $("button", panel).onclick = () => {
       try { localStorage.removeItem(key); } catch (e) { /* nothing was kept */ }
-      $$(".mark, a[data-lab] .sr").forEach((mark) => mark.remove());
+      $$(".mark, .mark + .sr").forEach((mark) => mark.remove());
       panel.hidden = true;
     };
     panel.hidden = false;
