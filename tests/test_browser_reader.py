@@ -29,7 +29,7 @@ def selected(page) -> list[str]:
 
 
 def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(open_tab) -> None:
-    tab = open_tab()
+    tab = open_tab(width=1100)  # stacked: the note panel docks under the code (side by side, the note is beside it)
     page = tab.goto(LAB_PAGE)
     block = LAB.excerpt.key_blocks[1]
     assert len(shown_lines(block)) > 1
@@ -55,7 +55,7 @@ def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(o
 
 
 def test_clicking_a_highlighted_line_shows_its_note(open_tab) -> None:
-    tab = open_tab()
+    tab = open_tab(width=1100)
     page = tab.goto(LAB_PAGE)
     tab.reader()
     block = LAB.excerpt.key_blocks[3]
@@ -180,7 +180,7 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) 
         assert note.is_visible()
         lines = note.locator(".kb-lines").inner_text()
         assert str(block.first) in lines and str(block.last) in lines
-        assert note.locator(".kb-lines a", has_text="in the full file").get_attribute("href").endswith(f".html#L{block.first}")
+    assert page.locator(".excerpt figcaption a").get_attribute("href").endswith(f".html#L{resolved.excerpt.first}")  # the full file
     # Controls that need JS stay out of the way.
     assert page.locator(".theme-toggle").is_hidden()
     assert page.locator(".copy").count() == 0

@@ -65,9 +65,11 @@ def state_url(state_site: Path):
 
 @pytest.fixture
 def state_tab(chromium, state_url: str):
-    """Open tabs on the built site: state_tab(js=True, scheme='light') → Tab."""
+    """Open tabs on the built site: state_tab(js=True, scheme='light') → Tab, 1100 px wide unless
+    told: the notes stacked under the code, where the note and state panels dock (at 1200 px and
+    wider the notes stand beside the code; test_side_by_side_keeps_the_state_panel_under_the_code)."""
     with tabs_on(chromium, state_url) as open_one:
-        yield open_one
+        yield lambda width=1100, **options: open_one(width=width, **options)
 
 
 def recorded(site: Path, lab: str) -> dict:

@@ -78,7 +78,7 @@
     const early = (event) => {
       if (window.InfraLensReader) return;
       const link = event.target.closest("a");
-      if (link && !link.matches(".ln, .kb-badge, .kb-link, [data-lines]")) return;  // other links just work
+      if (link && !link.matches(".ln, .kb-badge, .kb-link, .kb-lines a, [data-lines]")) return;  // other links just work
       event.preventDefault();
       event.stopPropagation();
       window.InfraLensEarlyClick = event;
@@ -120,10 +120,10 @@
 
   /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
      q: {id: 1 tried, 2 right}}}), marked beside the links to labs of the navigation, the index's cards
-     and a lab's practice link (a link names its lab by its address); the index sums it up and resets it. */
+     and a lab's practice link (a link names its lab by its address). static/index.js sums it up and resets it. */
   function setUpProgress() {
-    const key = "infralens-progress", lab = doc.body.dataset.lab, panel = $(".progress"), span = (props) => Object.assign(doc.createElement("span"), props);
-    let all, seen = 0, right = 0;
+    const key = "infralens-progress", lab = doc.body.dataset.lab, span = (props) => Object.assign(doc.createElement("span"), props);
+    let all;
     try {
       all = JSON.parse(localStorage.getItem(key)) || {};
       if (lab) localStorage.setItem(key, JSON.stringify(Object.assign(all, { [lab]: { ...all[lab], seen: 1 } })));
@@ -132,21 +132,49 @@
       const mine = all[(link.pathname.match(/labs\/([^/]+)\/\w+\.html$/) || [])[1]], asked = link.dataset.questions;
       if (!mine) return;
       const got = Object.values(mine.q || {}).filter((v) => v > 1).length;
-      seen++;
-      right += got;
       link.append(
         span({ className: "mark", textContent: asked ? "✓ " + got + "/" + asked : "✓", ariaHidden: "true" }),  // the words below say it
         span({ className: "sr", textContent: " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")" }),
       );
     });
-    if (!panel || !seen) return;
-    $("span", panel).textContent = `In this browser: ${seen} lab${seen > 1 ? "s" : ""} visited, ${right} question${right !== 1 ? "s" : ""} answered right.`;
-    $("button", panel).onclick = () => {
-      try { localStorage.removeItem(key); } catch (e) { /* nothing was kept */ }
-      $$(".mark, .mark + .sr").forEach((mark) => mark.remove());
-      panel.hidden = true;
+  }
+
+  /* Side by side, at 75rem and wider: the notes leave their list for a column beside the code, each
+     level with its first line. Where a note would meet the one above, it moves down and the code makes
+     room: a margin before its first line or, when that line also belongs to a block above, padding
+     after its last. The note beside the middle of the window is marked current. Narrower (or printed),
+     the notes go back under the code. */
+  function setUpSide() {
+    const figure = $(".excerpt"), notes = $$(".key-block"), wide = matchMedia("screen and (min-width:75rem)");
+    if (!figure || !notes.length) return;
+    const column = Object.assign(doc.createElement("ol"), { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
+    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (el) => el.getBoundingClientRect(), num = (row) => +row.id.slice(1);
+    const follow = () => notes.forEach((n) => n.classList.toggle("current", wide.matches && box(n).top < innerHeight / 2 && box(n).bottom > innerHeight / 2));
+    const lay = () => {
+      const on = wide.matches;
+      html.classList.toggle("side", on);
+      section.hidden = on && !$(".calc", section);
+      rows.forEach((row) => row.style.removeProperty("--push") + row.style.removeProperty("--stretch"));
+      if (!on) return column.remove(), homes.forEach(([n, parent, next]) => parent.insertBefore(n, next));
+      figure.insertBefore(column, $("figcaption", figure)).append(...notes);
+      let floor = 0, reach = 0;
+      notes.map((n) => [n, $("[data-lines]", n).dataset.lines.split("-")]).map(([n, [a, b]]) => [n, rows.filter((row) => num(row) >= a && num(row) <= +b)])
+        .sort((a, b) => num(a[1][0]) - num(b[1][0]))
+        .forEach(([n, [first, ...rest]]) => {
+          const last = rest.pop() || first, base = box(column).top, at = Math.max(box(first).top - base, floor);
+          if (num(first) > reach) first.style.setProperty("--push", at - box(first).top + base + "px");
+          last.style.setProperty("--stretch", Math.max(0, at + 24 - box(last).bottom + base) + "px");
+          n.style.top = at + "px";
+          floor = at + n.offsetHeight + 12;
+          reach = Math.max(reach, num(last));
+        });
+      column.style.height = floor + "px";
+      follow();
     };
-    panel.hidden = false;
+    wide.onchange = lay;
+    addEventListener("resize", () => wide.matches && lay());
+    addEventListener("scroll", follow, { passive: true });
+    lay();
   }
 
   /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
@@ -176,6 +204,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpProgress(); };
+  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpProgress(); setUpSide(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

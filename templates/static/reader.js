@@ -15,7 +15,9 @@
   const lineOf = (row) => +row.id.slice(1);
   const blocks = () => $$(".key-block");
   const slugOf = (block) => block.id.slice(3);
-  const boundTo = (slug) => rows().filter((row) => (row.dataset.kb || "").split(" ").includes(slug));
+  // A note names its lines (data-lines="A-B" on its line link); it is bound to the rows in that range.
+  const within = (note, row) => { const [a, b] = $("[data-lines]", note).dataset.lines.split("-"); return lineOf(row) >= a && lineOf(row) <= +b; };
+  const boundTo = (slug) => { const note = doc.getElementById("kb-" + slug); return note ? rows().filter((row) => within(note, row)) : []; };
   const active = () => blocks().find((block) => block.classList.contains("active"));
 
   function mark(chosen, block) {
@@ -108,7 +110,7 @@
 
   /* The smallest key block bound to a row; clicking it again moves on to the next one there. */
   function blockForRow(row) {
-    const slugs = (row.dataset.kb || "").split(" ").filter(Boolean);
+    const slugs = blocks().filter((note) => within(note, row)).map(slugOf);
     const current = slugs.indexOf(active() && slugOf(active()));
     if (current >= 0) return slugs[(current + 1) % slugs.length];
     return slugs.sort((a, b) => boundTo(a).length - boundTo(b).length)[0];
@@ -134,7 +136,7 @@
 
   function onBlockClick(event) {
     const block = event.target.closest(".key-block"), link = event.target.closest("a");
-    if (!block || (link && !link.matches(".kb-link, [data-lines]")) || (!link && String(getSelection()))) return;
+    if (!block || (link && !link.matches(".kb-link, .kb-lines a")) || (!link && String(getSelection()))) return;
     event.preventDefault();
     selectBlock(slugOf(block), true);
   }
