@@ -3,7 +3,6 @@ and `check` and `build` on tests/sites/questions (the real commands)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
