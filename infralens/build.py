@@ -445,7 +445,7 @@ def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
             return Outcome(unit.card.id, {}, lab.problems)
     sources = {path: highlighted(context.ws, path, text) for path, text in unit.sources}
     problems = Problems()
-    excerpt = resolve_excerpt(lab, sources[lab.preview.starter], problems)
+    excerpt = resolve_excerpt(lab, sources, problems)
     if excerpt is None or problems:
         return Outcome(lab.id, {}, list(problems))
     resolved = ResolvedLab(lab, excerpt)
@@ -783,7 +783,7 @@ def resolve(project: Project) -> tuple[ResolvedLab, ...]:
     problems = Problems()
     resolved = []
     for lab in project.labs:
-        excerpt = resolve_excerpt(lab, project.sources[lab.preview.starter], problems)
+        excerpt = resolve_excerpt(lab, project.sources, problems)
         if excerpt is not None:
             resolved.append(ResolvedLab(lab, excerpt))
     problems.raise_if_any()

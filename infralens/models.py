@@ -245,9 +245,10 @@ def _preview(f: Fields, ctx: Context) -> dict:
 
 @dataclass(frozen=True, kw_only=True)
 class Preview:
-    """The excerpt the page shows: exactly one of region, symbol, lines, heading."""
+    """An excerpt the page shows (a step of a walkthrough): exactly one of region, symbol, lines, heading."""
 
     starter: str = declared(Text("One of the lab's starter paths."), required=True)
+    title: str | None = declared(Text("In a walkthrough, the step's name in its header, e.g. 'Prefill'."))
     region: str | None = declared(Text("Lines between '# region NAME' and '# endregion' (markers hidden)."))
     symbol: str | None = declared(Text("A Python function or class by name (dotted for methods), decorators included."))
     lines: str | None = declared(Text("Real file lines 'A-B'.", numbers=True))
@@ -310,10 +311,12 @@ class KeyBlockSpec:
     )
     note: str = declared(Prose("What these lines do and why. " + MARKDOWN), required=True)
     mark: Mark = derived("Where the `lines:` value is, so a binding error points at it.")
+    starter_mark: Mark | None = derived("Where the key block names its starter, if it does.")
     state: StateChoice | None = declared(StateSpec(
         "The execution state shown for these lines: false records and shows none (its lines are not "
         "traced); a list of names shows only those variables, each of which a line of the block must bind."
     ), indexed=False)
+    starter: str | None = declared(Text("In a walkthrough of several starters: the starter whose excerpt holds the lines (default: whichever step's lines match)."))
 
 
 # ---------------------------------------------------------------- calculators
@@ -846,8 +849,18 @@ class Lab:
     concept_goal: str = declared(Prose("One paragraph: the concept the code makes concrete. " + MARKDOWN), required=True, section="concept_goal")
     mechanism: tuple[str, ...] = declared(bullets("Bullets: the mechanism to keep in mind."), required=True, section="mechanism")
     starters: tuple[Starter, ...] = declared(ListOf(record(Starter, "starter", finish=_starter), "The lab's files under code/.", min_items=1), required=True, section="starters")
-    preview: Preview = declared(record(Preview, "preview", finish=_preview, exclusive=(SELECTORS,)), required=True)
-    key_blocks: tuple[KeyBlockSpec, ...] = declared(ListOf(record(KeyBlockSpec, "key block", finish=lambda f, ctx: {"mark": f.marks["lines"]}), "Notes bound to lines of the excerpt.", min_items=1), required=True)
+    preview: Preview | tuple[Preview, ...] = declared(
+        Either(
+            mapping=record(Preview, "preview", finish=_preview, exclusive=(SELECTORS,)),
+            sequence=ListOf(record(Preview, "walkthrough step", finish=_preview, exclusive=(SELECTORS,)), min_items=1),
+            expected="a {starter, region|symbol|lines|heading} mapping, or a list of them (a walkthrough)",
+            doc="The code the page shows: one excerpt, or a walkthrough, several excerpts (regions, symbols, "
+                "ranges, headings of one or several starters) shown in order, each under a header naming its "
+                "file and lines. The first step's starter is the previewed one: its run records execution state.",
+        ),
+        required=True,
+    )
+    key_blocks: tuple[KeyBlockSpec, ...] = declared(ListOf(record(KeyBlockSpec, "key block", finish=lambda f, ctx: {"mark": f.marks["lines"], "starter_mark": f.marks.get("starter")}), "Notes bound to lines of the excerpt (any step of a walkthrough).", min_items=1), required=True)
     checkpoints: tuple[str, ...] = declared(bullets("Bullets: how to read this code."), required=True, section="checkpoints")
     misunderstandings: tuple[str, ...] = declared(bullets("Bullets: what this code does not mean."), required=True, section="misunderstandings")
     interview: str = declared(Prose("A paragraph: how to say it out loud. " + MARKDOWN), required=True, section="interview")
@@ -884,6 +897,17 @@ class Lab:
     number_mark: Mark = derived("Where the manifest writes its number.")
     track_mark: Mark = derived("Where the manifest names its track.")
 
+    @property
+    def steps(self) -> tuple[Preview, ...]:
+        """The excerpts the page shows, in order: one, or a walkthrough's steps."""
+        return self.preview if isinstance(self.preview, tuple) else (self.preview,)
+
+    @property
+    def previewed(self) -> str:
+        """The previewed starter: the first step's. Its run records execution state, and calculators and
+        questions take their values from it unless they name another."""
+        return self.steps[0].starter
+
     def sections(self) -> tuple[tuple[str, str, str], ...]:
         """Return the page's sections in order: (id, eyebrow label, title), with this lab's titles."""
         titles = dict(self.titles)
@@ -900,12 +924,12 @@ def question_id(question: Question, position: int) -> str:
 
 def answering_starter(lab: Lab, answer: NumericAnswer) -> str:
     """The starter whose checked run prints a numeric answer: its own, or the previewed one."""
-    return answer.starter or lab.preview.starter
+    return answer.starter or lab.previewed
 
 
 def mirrored_starter(lab: Lab, calc: Calculator) -> str:
     """The starter a calculator's outputs must agree with: its own, or the previewed one."""
-    return calc.starter or lab.preview.starter
+    return calc.starter or lab.previewed
 
 
 @dataclass(frozen=True)
@@ -971,15 +995,22 @@ class KeyBlock:
     """1-based position in the lab's list of key blocks, shown as the line's badge."""
     state: StateChoice | None = None
     """What the block shows of the recorded execution state (None: everything its lines bind)."""
+    starter: str = ""
+    """The starter whose lines it is bound to (in a walkthrough, any step's)."""
+    part: int = 0
+    """The position (0-based) of the step whose lines it is bound to."""
 
 
 @dataclass(frozen=True)
-class Excerpt:
-    """The lines a lab page previews, with real numbers; marker lines are left out."""
+class Part:
+    """One excerpt of a page: a step of a walkthrough, or the whole preview."""
 
     starter: str
     lines: tuple[SourceLine, ...]
-    key_blocks: tuple[KeyBlock, ...]
+    title: str | None = None
+    prefix: str = ""
+    """What its lines' ids start with before 'L12': '' for the previewed starter, 's2-' for the
+    lab's second starter, so two files' line 12 keep apart on one page."""
 
     @property
     def first(self) -> int:
@@ -988,6 +1019,30 @@ class Excerpt:
     @property
     def last(self) -> int:
         return self.lines[-1].number
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """The lines a lab page previews, with real numbers; marker lines are left out. `starter` and
+    `lines` are the previewed starter's (a walkthrough may show more of it, and other starters, in
+    `parts`): what its run records state for."""
+
+    starter: str
+    lines: tuple[SourceLine, ...]
+    key_blocks: tuple[KeyBlock, ...]
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def first(self) -> int:
+        return self.lines[0].number
+
+    @property
+    def last(self) -> int:
+        return self.lines[-1].number
+
+    @property
+    def walkthrough(self) -> bool:
+        return len(self.parts) > 1
 
 
 @dataclass(frozen=True)

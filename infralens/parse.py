@@ -69,9 +69,14 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
         if starter.path in paths:
             ctx.problems.add(starter.mark, f"duplicate starter {starter.path!r}")
         paths[starter.path] = starter
-    if lab.preview.starter not in paths:
-        listed = ", ".join(repr(p) for p in paths)
-        ctx.problems.add(lab.preview.starter_mark, f"preview starter {lab.preview.starter!r} is not one of the lab's starters ({listed})")
+    for step in lab.steps:
+        if step.starter not in paths:
+            listed = ", ".join(repr(p) for p in paths)
+            ctx.problems.add(step.starter_mark, f"preview starter {step.starter!r} is not one of the lab's starters ({listed})")
+    walked = {step.starter for step in lab.steps}
+    for block in lab.key_blocks:
+        if block.starter is not None and block.starter not in walked:
+            ctx.problems.add(block.starter_mark, f"key block {block.name!r}: starter {block.starter!r} is not a step of the preview ({', '.join(repr(p) for p in dict.fromkeys(s.starter for s in lab.steps))})")
     seen: dict[str, KeyBlockSpec] = {}
     for block in lab.key_blocks:
         if block.name in seen:

@@ -205,11 +205,11 @@ class Renderer:
         for view in calculators:
             if view.chart is not None:
                 pages.append(Page(f"{folder}/{chart_file(view.calc.id)}", self.template("calc_chart.svg", chart=view.chart)))
-        bindings = tuple(Binding(lab, block) for block in excerpt.key_blocks)
         for starter in lab.starters:
             previewed = starter.path == excerpt.starter
-            pages.append(self.render_source(site, lab, starter, sources[starter.path], bindings if previewed else (), state if previewed else None))
-            book = notebook(lab, starter, sources[starter.path].text, excerpt.key_blocks if previewed else ()) if has_notebook(starter) else None
+            own = tuple(block for block in excerpt.key_blocks if block.starter == starter.path)
+            pages.append(self.render_source(site, lab, starter, sources[starter.path], tuple(Binding(lab, block) for block in own), state if previewed else None))
+            book = notebook(lab, starter, sources[starter.path].text, own) if has_notebook(starter) else None
             if book is not None:
                 pages.append(Page(notebook_path(starter.path), book))
         return pages
@@ -225,9 +225,13 @@ class Renderer:
             lab=lab,
             excerpt=excerpt,
             runs=runs,
-            rows=code_rows(excerpt.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks), state),
+            parts=tuple(
+                (part, code_rows(part.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks if b.part == at), state if part.starter == excerpt.starter else None))
+                for at, part in enumerate(excerpt.parts)
+            ),
+            prefixes={b.slug: excerpt.parts[b.part].prefix for b in excerpt.key_blocks},
             state=state,
-            state_tables={b.slug: block_table(state, b) for b in excerpt.key_blocks},
+            state_tables={b.slug: block_table(state, b) if b.starter == excerpt.starter else None for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             calculators=calculators,
             sections=sections,

@@ -10,7 +10,7 @@ import ast
 import re
 
 from infralens.errors import Problems
-from infralens.models import Excerpt, KeyBlock, KeyBlockSpec, Lab, Selector, SourceFile, SourceLine
+from infralens.models import Excerpt, KeyBlock, KeyBlockSpec, Lab, Part, Selector, SourceFile, SourceLine
 from infralens.schema import did_you_mean, parse_range
 
 # Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
@@ -153,32 +153,79 @@ def bind_lines(lines: tuple[SourceLine, ...], spec: KeyBlockSpec, where: str) ->
     return first, end.number
 
 
-def resolve_excerpt(lab: Lab, source: SourceFile, problems: Problems) -> Excerpt | None:
-    """Cut the lab's preview from its starter and bind every key block to real lines."""
-    span = select_lines(source, lab.preview.selector, problems)
-    if span is None:
-        return None
-    lines = cut_excerpt(source, *span)
-    if not lines:
-        problems.add(lab.preview.selector.mark, f"{lab.preview.selector.kind} {lab.preview.selector.value!r} selects no code in {source.path}")
+def part_prefix(lab: Lab, starter: str) -> str:
+    """What the ids of a step's lines start with: '' for the previewed starter, 's2-' for the lab's
+    second starter (when it is not the previewed one), so two files' line 12 keep apart."""
+    if starter == lab.previewed:
+        return ""
+    return f"s{next(i for i, s in enumerate(lab.starters, start=1) if s.path == starter)}-"
+
+
+def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems) -> Excerpt | None:
+    """Cut the lab's preview (every step of a walkthrough) from its starters and bind every key
+    block to real lines of one step."""
+    parts: list[Part] = []
+    for number, step in enumerate(lab.steps, start=1):
+        source = sources[step.starter]
+        span = select_lines(source, step.selector, problems)
+        if span is None:
+            continue
+        lines = cut_excerpt(source, *span)
+        if not lines:
+            problems.add(step.selector.mark, f"{step.selector.kind} {step.selector.value!r} selects no code in {source.path}")
+            continue
+        clash = next((p for p in parts if p.starter == step.starter and p.first <= lines[-1].number and lines[0].number <= p.last), None)
+        if clash is not None:
+            problems.add(step.selector.mark, f"step {number} (lines {lines[0].number}-{lines[-1].number} of {step.starter}) overlaps step {parts.index(clash) + 1} (lines {clash.first}-{clash.last}); a line is shown once")
+            continue
+        parts.append(Part(step.starter, lines, step.title, part_prefix(lab, step.starter)))
+    if len(parts) != len(lab.steps):
         return None
     blocks: list[KeyBlock] = []
     slugs: set[str] = set()
     for spec in lab.key_blocks:
-        bound = bind_lines(lines, spec, source.path)
+        bound = bind_block(parts, spec)
         if isinstance(bound, str):
             problems.add(spec.mark, bound)
             continue
+        at, first, last = bound
         base = slug = slugify(spec.name)
         suffix = 1
         while slug in slugs:  # 'a/b' and 'a b' both slugify to 'a-b'
             suffix += 1
             slug = f"{base}-{suffix}"
         slugs.add(slug)
-        blocks.append(KeyBlock(spec.name, slug, spec.note, *bound, ordinal=len(blocks) + 1, state=spec.state))
-    excerpt = Excerpt(source.path, lines, tuple(blocks))
-    check_state_names(lab, excerpt, source, problems)
+        blocks.append(KeyBlock(spec.name, slug, spec.note, first, last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at))
+    previewed = tuple(line for part in parts if part.starter == lab.previewed for line in part.lines)
+    excerpt = Excerpt(lab.previewed, previewed, tuple(blocks), tuple(parts))
+    check_state_names(lab, excerpt, sources[lab.previewed], problems)
     return excerpt
+
+
+def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | str:
+    """Bind a key block to lines of one step: (step position, first, last), or why it cannot be."""
+    if len(parts) == 1:
+        bound = bind_lines(parts[0].lines, spec, parts[0].starter)
+        return bound if isinstance(bound, str) else (0, *bound)
+    places = [i for i, part in enumerate(parts) if spec.starter is None or part.starter == spec.starter]
+    if not places:
+        return f"key block {spec.name!r}: starter {spec.starter!r} is not one of the walkthrough's ({', '.join(dict.fromkeys(p.starter for p in parts))})"
+    found = [(i, bind_lines(parts[i].lines, spec, parts[i].starter)) for i in places]
+    hits = [(i, bound) for i, bound in found if not isinstance(bound, str)]
+    shown = ", ".join(f"{parts[i].starter}:{parts[i].first}-{parts[i].last}" for i in places)
+    if not hits:
+        binding = spec.lines
+        what = f"lines {binding.first}-{binding.last}" if binding.kind == "range" else f"text {binding.text!r}"
+        several = [bound for _, bound in found if "quote more of the line" in bound]
+        if several:  # many lines within one step: that step's own message says which
+            return several[0]
+        return f"key block {spec.name!r}: {what} matches no line of the walkthrough ({shown})"
+    if len(hits) > 1:
+        where = "; ".join(f"step {i + 1} ({parts[i].starter}, line {bound[0]})" for i, bound in hits)
+        fix = "give its line number" if len({parts[i].starter for i, _ in hits}) == 1 else "name its file with `starter:`"
+        return f"key block {spec.name!r}: its lines match in {len(hits)} steps ({where}); quote more of the line or {fix}"
+    i, (first, last) = hits[0]
+    return i, first, last
 
 
 def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
@@ -187,7 +234,7 @@ def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
     starter = next((s for s in lab.starters if s.path == excerpt.starter), None)
     if starter is None or starter.run is None or (starter.state is not None and not starter.state.shown):
         return ()
-    hidden = {n for b in excerpt.key_blocks if b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
+    hidden = {n for b in excerpt.key_blocks if b.starter == excerpt.starter and b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
     numbers = [line.number for line in excerpt.lines if line.number not in hidden]
     spans: list[tuple[int, int]] = []
     for number in numbers:
@@ -198,14 +245,16 @@ def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
-def trace_spans_of(lab: Lab, text: str) -> tuple[tuple[int, int], ...]:
-    """`traced_spans` from the previewed starter's text alone (what `check` needs; no highlighting).
-    Empty when the excerpt cannot be cut: the build reports why."""
+def trace_spans_of(lab: Lab, texts: dict[str, str]) -> tuple[tuple[int, int], ...]:
+    """`traced_spans` from the texts of the walkthrough's starters alone (what `check` needs; no
+    highlighting). Empty when the excerpt cannot be cut: the build reports why."""
     from infralens.highlight import source_file
 
-    source = source_file(lab.preview.starter, text, ((), "text"))  # the lines alone, not highlighted
+    sources = {path: source_file(path, text, ((), "text")) for path, text in texts.items()}  # the lines alone, not highlighted
     problems = Problems()
-    excerpt = resolve_excerpt(lab, source, problems)
+    if any(step.starter not in sources for step in lab.steps):
+        return ()
+    excerpt = resolve_excerpt(lab, sources, problems)
     if excerpt is None or problems:
         return ()
     return traced_spans(lab, excerpt)
@@ -244,7 +293,13 @@ def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: 
             problems.add(starter.state.mark, f"state: only the previewed starter ({excerpt.starter}) records execution state, not {starter.path}")
         else:
             wanted.append((starter.state, excerpt.first, excerpt.last, f"the excerpt of {starter.path}"))
-    wanted += [(b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})") for b in excerpt.key_blocks if b.state is not None and b.state.names]
+    for b in excerpt.key_blocks:
+        if b.state is None or not b.state.names:
+            continue
+        if b.starter != excerpt.starter:
+            problems.add(b.state.names[0][1], f"state: key block {b.name!r} is bound to {b.starter}, and only the previewed starter ({excerpt.starter}) records execution state")
+        else:
+            wanted.append((b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})"))
     for choice, first, last, where in wanted:
         known = bound_names(source, first, last)
         for name, mark in choice.names:

@@ -623,10 +623,10 @@ def lab_spans(lab: Lab, root: Path) -> Spans:
     from infralens.resolve import trace_spans_of
 
     try:
-        text = (root / lab.preview.starter).read_text(encoding="utf-8")
+        texts = {step.starter: (root / step.starter).read_text(encoding="utf-8") for step in lab.steps}
     except (OSError, UnicodeDecodeError):
         return ()
-    return trace_spans_of(lab, text)
+    return trace_spans_of(lab, texts)
 
 
 def run_labs(
@@ -663,7 +663,7 @@ def run_labs(
     try:
         futures = {
             (lab.id, starter.path): pool.submit(
-                run_or_recall, lab, starter, root, store, use_cache, running, sandbox, spans[lab.id] if starter.path == lab.preview.starter else ()
+                run_or_recall, lab, starter, root, store, use_cache, running, sandbox, spans[lab.id] if starter.path == lab.previewed else ()
             )
             for lab, starter in pairs
         }

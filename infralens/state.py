@@ -142,6 +142,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         return None
     starter = next(s for s in lab.starters if s.path == excerpt.starter)
     shown_lines = {line.number for line in excerpt.lines}
+    own = tuple(b for b in excerpt.key_blocks if b.starter == excerpt.starter)  # a walkthrough's other files record none
     lines: dict[int, LineState] = {}
     data_lines: dict[str, dict] = {}
     data_calls: dict[str, dict] = {}
@@ -151,7 +152,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
 
     for key, entry in state.get("lines", {}).items():
         number = int(key)
-        choices = choice_for(number, starter.state, excerpt.key_blocks)
+        choices = choice_for(number, starter.state, own)
         samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
         if number not in shown_lines or not samples or any(not c.shown for c in choices):
             continue
@@ -164,7 +165,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"], process)
     for key, entry in state.get("calls", {}).items():
         number = int(key)
-        choices = choice_for(number, starter.state, excerpt.key_blocks)
+        choices = choice_for(number, starter.state, own)
         samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
         if number not in shown_lines or not samples or any(not c.shown for c in choices):
             continue

@@ -107,7 +107,7 @@ def test_a_hash_line_inside_a_code_fence_is_not_a_heading() -> None:
 
 
 def bind(lines, binding: LineBinding):
-    return bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12)), "s.py")
+    return bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12), None), "s.py")
 
 
 def test_binding_by_text_span_and_range() -> None:

@@ -49,7 +49,7 @@ STATE = {
 @pytest.mark.unit
 def test_the_sample_excerpt_is_traced_as_one_span(sample) -> None:
     assert traced_spans(sample.lab, sample.excerpt) == ((9, 10),)
-    assert trace_spans_of(sample.lab, (SAMPLE / "code/lab-01-sample/kv.py").read_text()) == ((9, 10),)
+    assert trace_spans_of(sample.lab, {"code/lab-01-sample/kv.py": (SAMPLE / "code/lab-01-sample/kv.py").read_text()}) == ((9, 10),)
 
 
 @pytest.mark.unit

@@ -65,10 +65,10 @@
      so it weighs nothing on the page's load. A click that comes before it has loaded is kept and
      handled once it has. */
   function setUpReaderLoader() {
-    const listing = $(".excerpt pre.code") || $(".page-source pre.code");
+    const listing = $(".excerpt") || $(".page-source pre.code");
     if (!listing || !readerSrc) return;
     const src = readerSrc;
-    const zones = [listing, $(".key-blocks"), $(".bound-notes")].filter(Boolean);
+    const zones = [listing, ...$$(".key-blocks"), $(".bound-notes")].filter(Boolean);
     let asked = false;
     const load = () => {
       if (asked) return;
@@ -89,7 +89,7 @@
       ["pointerover", "focusin", "touchstart"].forEach((type) => zone.addEventListener(type, load, { passive: true }));
     });
     window.InfraLensReaderZones = { zones, early };
-    if (/^#(L\d|kb-)/.test(location.hash)) load();
+    if (/^#((s\d+-)?L\d|kb-)/.test(location.hash)) load();
     addEventListener("hashchange", load);
   }
 
@@ -148,7 +148,8 @@
     const figure = $(".excerpt"), notes = $$(".key-block"), wide = matchMedia("screen and (min-width:75rem)");
     if (!figure || !notes.length) return;
     const column = Object.assign(doc.createElement("ol"), { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
-    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (el) => el.getBoundingClientRect(), num = (row) => +row.id.slice(1);
+    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (el) => el.getBoundingClientRect(), at = (row) => rows.indexOf(row);
+    const line = (row) => +row.id.replace(/^.*L/, ""), file = (id) => id.replace(/^#|L\d+$/g, "");  // L12, or s2-L12 in a walkthrough's other file
     const follow = () => notes.forEach((n) => n.classList.toggle("current", wide.matches && box(n).top < innerHeight / 2 && box(n).bottom > innerHeight / 2));
     const lay = () => {
       const on = wide.matches;
@@ -156,19 +157,21 @@
       section.hidden = on && !$(".calc", section);
       rows.forEach((row) => row.style.removeProperty("--push") + row.style.removeProperty("--stretch"));
       if (!on) return column.remove(), homes.forEach(([n, parent, next]) => parent.insertBefore(n, next));
-      figure.insertBefore(column, $("figcaption", figure)).append(...notes);
-      let floor = 0, reach = 0;
-      notes.map((n) => [n, $("[data-lines]", n).dataset.lines.split("-")]).map(([n, [a, b]]) => [n, rows.filter((row) => num(row) >= a && num(row) <= +b)])
-        .sort((a, b) => num(a[1][0]) - num(b[1][0]))
-        .forEach(([n, [first, ...rest]]) => {
-          const last = rest.pop() || first, base = box(column).top, at = Math.max(box(first).top - base, floor);
-          if (num(first) > reach) first.style.setProperty("--push", at - box(first).top + base + "px");
-          last.style.setProperty("--stretch", Math.max(0, at + 24 - box(last).bottom + base) + "px");
-          n.style.top = at + "px";
-          floor = at + n.offsetHeight + 12;
-          reach = Math.max(reach, num(last));
-        });
-      column.style.height = floor + "px";
+      figure.append(column);
+      column.append(...notes);
+      let floor = 0, reach = -1;
+      notes.map((n) => {  // a note's rows: its link names the file (#s2-L12), data-lines its lines
+        const link = $("[data-lines]", n), [a, b] = link.dataset.lines.split("-");
+        return [n, rows.filter((row) => file(row.id) === file(link.hash) && line(row) >= a && line(row) <= +b)];
+      }).sort((a, b) => at(a[1][0]) - at(b[1][0])).forEach(([n, [first, ...rest]]) => {
+        const last = rest.pop() || first, base = box(column).top, y = Math.max(box(first).top - base, floor);
+        if (at(first) > reach) first.style.setProperty("--push", y - box(first).top + base + "px");
+        last.style.setProperty("--stretch", Math.max(0, y + 24 - box(last).bottom + base) + "px");
+        n.style.top = y + "px";
+        floor = y + n.offsetHeight + 12;
+        reach = Math.max(reach, at(last));
+      });
+      figure.style.setProperty("--tall", floor + "px");
       follow();
     };
     wide.onchange = lay;

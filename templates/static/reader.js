@@ -10,13 +10,19 @@
   if (here) doc.head.append(Object.assign(doc.createElement("link"), { rel: "stylesheet", href: here.replace(/reader\.js([?#].*)?$/, "reader.css") }));
 
   /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
+  // `listing` holds the code: a lab page's excerpt (every step of a walkthrough), or the source view's.
+  // A row's id is its line (L12), after its file's prefix in a walkthrough's other files (s2-L12).
   let listing = null, panel = null, anchor = null;
-  const rows = () => (listing ? $$("code > span", listing) : []);
-  const lineOf = (row) => +row.id.slice(1);
+  const rows = () => (listing ? $$("pre.code > code > span", listing) : []);
+  const lineOf = (row) => +row.id.replace(/^.*L/, "");
+  const fileOf = (row) => row.id.replace(/L\d+$/, "");
   const blocks = () => $$(".key-block");
   const slugOf = (block) => block.id.slice(3);
   // A note names its lines (data-lines="A-B" on its line link); it is bound to the rows in that range.
-  const within = (note, row) => { const [a, b] = $("[data-lines]", note).dataset.lines.split("-"); return lineOf(row) >= a && lineOf(row) <= +b; };
+  const within = (note, row) => {
+    const link = $("[data-lines]", note), [a, b] = link.dataset.lines.split("-");
+    return fileOf(row) === link.hash.slice(1).replace(/L\d+$/, "") && lineOf(row) >= a && lineOf(row) <= +b;
+  };
   const boundTo = (slug) => { const note = doc.getElementById("kb-" + slug); return note ? rows().filter((row) => within(note, row)) : []; };
   const active = () => blocks().find((block) => block.classList.contains("active"));
 
@@ -52,12 +58,12 @@
     if (box && (box.top < 0 || box.bottom > innerHeight * 0.6)) row.scrollIntoView({ block: "center" });
   }
 
-  function selectLines(first, last, scroll) {
+  function selectLines(first, last, scroll, file = "") {
     [first, last] = [Math.min(first, last), Math.max(first, last)];
-    const chosen = rows().filter((row) => lineOf(row) >= first && lineOf(row) <= last);
+    const chosen = rows().filter((row) => fileOf(row) === file && lineOf(row) >= first && lineOf(row) <= last);
     if (!chosen.length) return false;
     mark(chosen, null);
-    setHash(first === last ? `#L${first}` : `#L${first}-L${last}`);
+    setHash(first === last ? `#${file}L${first}` : `#${file}L${first}-L${last}`);
     if (scroll) reveal(chosen[0]);
     return true;
   }
@@ -123,8 +129,8 @@
       : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
     if (onNumber) {
       event.preventDefault();
-      if (!event.shiftKey || anchor === null) anchor = lineOf(row);
-      selectLines(anchor, lineOf(row), false);
+      if (!event.shiftKey || anchor === null || anchor[0] !== fileOf(row)) anchor = [fileOf(row), lineOf(row)];
+      selectLines(anchor[1], lineOf(row), false, anchor[0]);
     } else if (link && link.classList.contains("kb-badge") && link.hash && link.pathname === location.pathname) {
       event.preventDefault();
       selectBlock(link.hash.slice(4), false);
@@ -144,18 +150,18 @@
   function followHash(scroll) {
     let hash;
     try { hash = decodeURIComponent(location.hash.slice(1)); } catch (e) { return false; }  // a mangled link
-    const range = /^L(\d+)(?:-L?(\d+))?$/.exec(hash);
-    if (range) return selectLines(+range[1], +(range[2] || range[1]), scroll);
+    const range = /^(s\d+-)?L(\d+)(?:-L?(\d+))?$/.exec(hash);
+    if (range) return selectLines(+range[2], +(range[3] || range[2]), scroll, range[1] || "");
     return hash.startsWith("kb-") && selectBlock(hash.slice(3), scroll);
   }
 
   function setUpReader() {
     const figure = $(".excerpt");
-    listing = figure ? $("pre.code", figure) : $(".page-source pre.code");
+    listing = figure || $(".page-source pre.code");
     if (!listing) return;
     if (figure) buildPanel(figure);
     listing.addEventListener("click", onListingClick);
-    $(".key-blocks")?.addEventListener("click", onBlockClick);
+    doc.addEventListener("click", onBlockClick);  // notes may stand beside the code, or under it in several lists
     $$(".bound-notes a[data-lines]").forEach((link) => {
       link.onclick = (event) => {
         event.preventDefault();
