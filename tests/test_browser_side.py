@@ -7,6 +7,8 @@ the longest excerpts with the most notes.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -98,7 +100,8 @@ def test_selecting_a_note_selects_its_lines_beside_it_and_keeps_the_state_panel(
     note = boxes(page)[5]
     page.click(f"#{note['id']} .kb-link")
     page.wait_for_function("window.InfraLensReader === true")
-    expect(page.locator(f"#{note['id']}")).to_have_class("key-block active current")
+    expect(page.locator(f"#{note['id']}")).to_have_class(re.compile(r"\bactive\b"))
+    assert "current" in page.locator(f"#{note['id']}").get_attribute("class").split()
     rows = page.locator(".excerpt code > span.sel")
     assert rows.count() >= 1
     box = rows.first.bounding_box()
@@ -120,3 +123,19 @@ def test_a_lab_without_calculators_hides_its_emptied_notes_section(open_tab) -> 
     assert page.locator("#key-blocks").is_hidden()
     page.set_viewport_size({"width": 1000, "height": 900})
     expect(page.locator("#key-blocks")).to_be_visible()
+
+
+def test_the_keyboard_reaches_the_notes_beside_the_code_and_selects_one(open_tab) -> None:
+    tab = open_tab(width=1280)
+    page = tab.goto(PAGES[1])
+    page.focus(".excerpt pre.code")
+    for _ in range(20):  # past the badges in the code and the Copy button
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.matches('.side-notes .kb-link')"):
+            break
+    assert page.evaluate("document.activeElement.closest('.key-block').id") == "kb-add_cost"
+    page.keyboard.press("Enter")
+    page.wait_for_function("window.InfraLensReader === true")
+    expect(page.locator(".excerpt code > span.sel")).to_have_count(1)
+    assert page.evaluate("document.querySelector('.excerpt code > span.sel').id") == "L67"
+    assert tab.errors == []

@@ -185,8 +185,8 @@
   if (early) {  // the click that asked for the reader: handle it now
     window.InfraLensEarlyClick = null;
     const replay = { target: early.target, clientX: early.clientX, shiftKey: early.shiftKey, preventDefault() {} };
-    if (listing && listing.contains(early.target)) onListingClick(replay);
-    else if (early.target.closest(".key-blocks")) onBlockClick(replay);
+    if (early.target.closest(".key-blocks")) onBlockClick(replay);  // a note, under the code or beside it
+    else if (listing && listing.contains(early.target)) onListingClick(replay);
     else early.target.closest("a") && early.target.closest("a").click();
   }
   window.InfraLensReader = true;
