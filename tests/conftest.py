@@ -224,6 +224,23 @@ def served(folder: Path):
         server.server_close()
 
 
+@contextmanager
+def checked_and_served(tmp_path_factory: pytest.TempPathFactory, name: str):
+    """tests/sites/NAME copied to a temporary folder, checked (so what its pages show from runs is
+    there) and built with the real commands, then served; yields its URL."""
+    import shutil
+
+    site = tmp_path_factory.mktemp(name) / "site"
+    shutil.copytree(TESTS / "sites" / name, site, ignore=shutil.ignore_patterns(".infralens", "output"))
+    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
+    checked = run_infralens("check", cwd=site, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    built = run_infralens("build", "--out", "out", cwd=site, env=env)
+    assert built.returncode == 0, built.stderr
+    with served(site / "out") as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def site_url(real_site: Path):
     """The real site served over HTTP on 127.0.0.1."""

@@ -9,13 +9,12 @@ verified), and the repository's own site (every lab's calculators, compiled, aga
 from __future__ import annotations
 
 import math
-import shutil
 
 import pytest
 from hypothesis import given, settings, strategies as st
 from playwright.sync_api import expect
 
-from conftest import REPO, TESTS, axe_violations, run_infralens, served, tabs_on
+from conftest import REPO, axe_violations, checked_and_served, run_infralens, served, tabs_on
 from infralens.build import load_project
 from infralens.calculators import check_calculator, listed_cases, outputs_at, show, unmet
 from infralens.expr import ExprError
@@ -29,13 +28,7 @@ FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent", "lab
 @pytest.fixture(scope="module")
 def calc_url(tmp_path_factory: pytest.TempPathFactory):
     """tests/sites/calculator, checked (so its calculator is verified) and built, served."""
-    site = tmp_path_factory.mktemp("calc") / "site"
-    shutil.copytree(TESTS / "sites" / "calculator", site, ignore=shutil.ignore_patterns(".infralens", "output"))
-    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
-    assert run_infralens("check", cwd=site, env=env).returncode == 0
-    built = run_infralens("build", "--out", "out", cwd=site, env=env)
-    assert built.returncode == 0, built.stderr
-    with served(site / "out") as url:
+    with checked_and_served(tmp_path_factory, "calculator") as url:
         yield url
 
 

@@ -6,13 +6,12 @@ page reads numbers exactly as the build does (the table of tests/test_questions.
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 from hypothesis import given, settings, strategies as st
 from playwright.sync_api import expect
 
-from conftest import TESTS, axe_violations, run_infralens, served, tabs_on
+from conftest import axe_violations, checked_and_served, tabs_on
 from infralens.questions import reading
 from test_questions import READINGS
 
@@ -25,13 +24,7 @@ LAB = "labs/lab-01-q/index.html"
 @pytest.fixture(scope="module")
 def site_url(tmp_path_factory: pytest.TempPathFactory):
     """tests/sites/questions, checked (so its numeric questions have answers) and built, served."""
-    site = tmp_path_factory.mktemp("questions") / "site"
-    shutil.copytree(TESTS / "sites" / "questions", site, ignore=shutil.ignore_patterns(".infralens", "output"))
-    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
-    assert run_infralens("check", cwd=site, env=env).returncode == 0
-    built = run_infralens("build", "--out", "out", cwd=site, env=env)
-    assert built.returncode == 0, built.stderr
-    with served(site / "out") as url:
+    with checked_and_served(tmp_path_factory, "questions") as url:
         yield url
 
 

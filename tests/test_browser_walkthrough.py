@@ -6,12 +6,11 @@ without JS every step and note reads.
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 from playwright.sync_api import expect
 
-from conftest import TESTS, axe_violations, run_infralens, served, tabs_on
+from conftest import axe_violations, checked_and_served, tabs_on
 
 pytestmark = pytest.mark.browser
 
@@ -20,13 +19,7 @@ PAGE = "labs/lab-01-walk/index.html"
 
 @pytest.fixture(scope="module")
 def site_url(tmp_path_factory: pytest.TempPathFactory):
-    site = tmp_path_factory.mktemp("walk") / "site"
-    shutil.copytree(TESTS / "sites" / "walkthrough", site, ignore=shutil.ignore_patterns(".infralens", "output"))
-    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
-    assert run_infralens("check", cwd=site, env=env).returncode == 0
-    built = run_infralens("build", "--out", "out", cwd=site, env=env)
-    assert built.returncode == 0, built.stderr
-    with served(site / "out") as url:
+    with checked_and_served(tmp_path_factory, "walkthrough") as url:
         yield url
 
 
