@@ -207,9 +207,8 @@ def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | 
     if len(parts) == 1:
         bound = bind_lines(parts[0].lines, spec, parts[0].starter)
         return bound if isinstance(bound, str) else (0, *bound)
+    # parse.py made sure a key block's `starter` is a step's.
     places = [i for i, part in enumerate(parts) if spec.starter is None or part.starter == spec.starter]
-    if not places:
-        return f"key block {spec.name!r}: starter {spec.starter!r} is not one of the walkthrough's ({', '.join(dict.fromkeys(p.starter for p in parts))})"
     found = [(i, bind_lines(parts[i].lines, spec, parts[i].starter)) for i in places]
     hits = [(i, bound) for i, bound in found if not isinstance(bound, str)]
     shown = ", ".join(f"{parts[i].starter}:{parts[i].first}-{parts[i].last}" for i in places)
