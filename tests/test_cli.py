@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cli
 def test_build_prints_one_summary_line_and_writes_pages(sample_site: Path) -> None:
     result = run_infralens("build", cwd=sample_site)
     assert result.returncode == 0, result.stderr
-    assert re.fullmatch(r"built 2 labs \(2 rendered\): wrote 5 pages and 20 files into output in \d+\.\d\d s\n", result.stdout)
+    assert re.fullmatch(r"built 2 labs \(2 rendered\): wrote 5 pages and 21 files into output in \d+\.\d\d s\n", result.stdout)
     out = sample_site / "output"
     for page in (
         "index.html",
