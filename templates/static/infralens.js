@@ -78,7 +78,8 @@
     const early = (event) => {
       if (window.InfraLensReader) return;
       const link = event.target.closest("a");
-      if (link && !link.matches(".ln, .kb-badge, .kb-link, .kb-lines a, [data-lines]")) return;  // other links just work
+      // Other links, and controls such as a listing's Copy button, just work.
+      if (link ? !link.matches(".ln, .kb-badge, .kb-link, .kb-lines a, [data-lines]") : !event.target.closest("pre.code, .key-block")) return;
       event.preventDefault();
       event.stopPropagation();
       window.InfraLensEarlyClick = event;
