@@ -124,6 +124,7 @@ class TinyDecoder:
                 return h @ w[name]
 
             h = rms_norm(x)
+            # region attention
             q = project(h, "q_proj").view(n, heads, hd).transpose(0, 1)
             k = project(h, "k_proj").view(n, kv_heads, hd).transpose(0, 1)
             v = project(h, "v_proj").view(n, kv_heads, hd).transpose(0, 1)
@@ -133,6 +134,7 @@ class TinyDecoder:
             k = k.repeat_interleave(heads // kv_heads, dim=0)
             v = v.repeat_interleave(heads // kv_heads, dim=0)
             scores = (q @ k.transpose(1, 2)) / hd ** 0.5  # (heads, n, start + n)
+            # endregion
             attn = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
             x = x + project(attn.transpose(0, 1).reshape(n, c.hidden_dim), "o_proj")
             x = x + project(torch.nn.functional.gelu(project(rms_norm(x), "up_proj")), "down_proj")
