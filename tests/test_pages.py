@@ -62,7 +62,7 @@ def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
 @pytest.mark.cli
 def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
-    file_lines = (REPO / lab.preview.starter).read_text().split("\n")
+    file_lines = (REPO / lab.previewed).read_text().split("\n")  # rows without a file prefix are its
     shown = code_lines(page)
     assert len(shown) >= 3
     for number, text in shown:
