@@ -104,6 +104,11 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
         for block in question.blocks:
             if block.text not in seen:
                 ctx.problems.add(block.mark, f"question {qid!r}: blocks: {block.text!r} is not a key block's name{did_you_mean(block.text, seen)}")
+        recorded = question.answer.recorded if question.answer is not None else None
+        if recorded is not None and recorded.block not in seen:
+            ctx.problems.add(recorded.block_mark, f"question {qid!r}: recorded: block {recorded.block!r} is not a key block's name{did_you_mean(recorded.block, seen)}")
+        if recorded is not None and question.answer.starter not in (None, lab.previewed):
+            ctx.problems.add(question.answer.starter_mark, f"question {qid!r}: a recorded value is the previewed starter's ({lab.previewed}), which alone records state")
         if question.answer is not None:
             path = answering_starter(lab, question.answer)
             starter = paths.get(path)

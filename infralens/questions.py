@@ -1,10 +1,11 @@
 """Questions: what the reader answers before the page tells, graded by the checked run.
 
-Pure: a Lab and its runs → each question with its answer, or the problems that keep it from one.
-A numeric answer is never typed into the manifest: it is the figure the starter's last passing run
-printed where the question's pattern matches. A question whose pattern matches nothing in that run
-is a problem at the pattern, for `check` (which fails the run) and for `build` (which refuses to
-publish a page whose answer it cannot show).
+Pure: a Lab, its runs and its bound key blocks → each question with its answer, or the problems
+that keep it from one. A numeric answer is never typed into the manifest: it is the figure the
+starter's last passing run printed where the question's pattern matches, or the value that run
+recorded for a name on a key block's lines. One that run does not give is a problem at the pattern
+(or the name), for `check` (which fails the run) and for `build` (which refuses to publish a page
+whose answer it cannot show).
 
 `reading` turns what a run printed, or what a reader typed, into a number in the question's unit;
 templates/static/questions.js reads a reader's answer the same way (a browser test holds them to
@@ -13,6 +14,7 @@ the same table of inputs).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import regex
 
 from infralens.errors import Problem
-from infralens.models import Lab, Option, Question, RunResult, answering_starter, question_id
+from infralens.models import KeyBlock, Lab, Option, Question, RunResult, answering_starter, question_id
 
 PREFIXES: dict[str, float] = {
     "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -99,6 +101,8 @@ class Answered:
     """The whole output line it was printed on."""
     finished: str = ""
     """When that run ended (ISO 8601), for the page to say which run answered."""
+    recorded_on: int = 0
+    """For a recorded value, the line it was recorded on (0: the run printed it)."""
 
     @property
     def shown(self) -> str:
@@ -118,8 +122,8 @@ class Answered:
         return self.question.choices
 
 
-def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResult]) -> tuple[Answered, Problem | None]:
-    """Answer one question from the lab's runs; a passing run that does not print it is a problem."""
+def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResult], blocks: dict[str, KeyBlock]) -> tuple[Answered, Problem | None]:
+    """Answer one question from the lab's runs; a passing run that does not give it is a problem."""
     qid = question_id(question, position)
     spec = question.answer
     if spec is None:
@@ -127,6 +131,8 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     result = runs.get(answering_starter(lab, spec))
     if result is None or not result.passed:
         return Answered(qid, question), None
+    if spec.recorded is not None:
+        return recorded_answer(qid, question, result, blocks)
     pattern = spec.printed
     try:  # the regex module, with a time limit: a pattern that backtracks without end stops
         match = regex.search(pattern, result.stdout, regex.MULTILINE, timeout=MATCH_SECONDS)
@@ -145,22 +151,49 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     return Answered(qid, question, figure, printed, line, result.finished), None
 
 
-def answered_questions(lab: Lab, runs: dict[str, RunResult]) -> tuple[tuple[Answered, ...], list[Problem]]:
+def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dict[str, KeyBlock]) -> tuple[Answered, Problem | None]:
+    """The value a run recorded for a name on a key block's lines: the last sample of the last line
+    that binds it (what the block's table shows), or a function's return there. A run that recorded
+    no state at all (`check --no-state`) answers nothing and is no problem."""
+    recorded, unit = question.answer.recorded, question.answer.unit
+    block = blocks.get(recorded.block)
+    state = json.loads(result.state) if result.state else None
+    if block is None or not state:
+        return Answered(qid, question), None
+    kind, key = ("calls", "return") if recorded.name == "return" else ("lines", None)
+    found = None
+    for number, entry in sorted(((int(n), e) for n, e in state.get(kind, {}).items()), key=lambda item: item[0]):
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)] if block.first <= number <= block.last else []
+        value = (samples[-1].get(key) if key else samples[-1].get("values", {}).get(recorded.name)) if samples else None
+        if isinstance(value, str):
+            found = (number, value)
+    if found is None:
+        return Answered(qid, question), Problem(recorded.mark, f"question {qid!r}: the checked run recorded no value of {recorded.name!r} on lines {block.first}-{block.last}")
+    number, value = found
+    figure = reading(value, unit)
+    if figure is None:
+        return Answered(qid, question), Problem(recorded.mark, f"question {qid!r}: the run recorded {recorded.name} = {value!r} on line {number}, which is not a number{f' in {unit!r}' if unit else ''}")
+    return Answered(qid, question, figure, value, f"{recorded.name} = {value}", result.finished, number), None
+
+
+def answered_questions(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]) -> tuple[tuple[Answered, ...], list[Problem]]:
     """Every question of the lab with its answer where a checked run gave one, and the problems."""
+    named = {block.name: block for block in blocks}
     answered, problems = [], []
     for position, question in enumerate(lab.questions, start=1):
-        one, problem = answer(lab, position, question, runs)
+        one, problem = answer(lab, position, question, runs, named)
         answered.append(one)
         if problem is not None:
             problems.append(problem)
     return tuple(answered), problems
 
 
-def question_problems(lab: Lab, runs: dict[str, RunResult]) -> dict[str, list[Problem]]:
+def question_problems(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]) -> dict[str, list[Problem]]:
     """The problems of the lab's questions, by the starter whose run should have answered them."""
+    named = {block.name: block for block in blocks}
     found: dict[str, list[Problem]] = {}
     for position, question in enumerate(lab.questions, start=1):
-        _, problem = answer(lab, position, question, runs)
+        _, problem = answer(lab, position, question, runs, named)
         if problem is not None:
             found.setdefault(answering_starter(lab, question.answer), []).append(problem)
     return found

@@ -191,7 +191,7 @@ class Renderer:
         if problems:  # a calculator that disagrees with its starter's checked values is not published
             raise InputError(problems)
         calculators = tuple(calculator_view(one) for one in checked)
-        answered, problems = answered_questions(lab, runs)
+        answered, problems = answered_questions(lab, runs, excerpt.key_blocks)
         if problems:  # a question whose answer the checked run does not print cannot be shown
             raise InputError(problems)
         folder = PurePosixPath(lab_url(lab.id)).parent

@@ -199,7 +199,27 @@ def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems
     previewed = tuple(line for part in parts if part.starter == lab.previewed for line in part.lines)
     excerpt = Excerpt(lab.previewed, previewed, tuple(blocks), tuple(parts))
     check_state_names(lab, excerpt, sources[lab.previewed], problems)
+    check_recorded_answers(lab, excerpt, sources[lab.previewed], problems)
     return excerpt
+
+
+def check_recorded_answers(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """A question's recorded value must be one its block's lines record: a name they bind (or
+    `return`), on the previewed starter's lines, which are traced."""
+    blocks = {b.name: b for b in excerpt.key_blocks}
+    for question in lab.questions:
+        recorded = question.answer.recorded if question.answer is not None else None
+        block = blocks.get(recorded.block) if recorded is not None else None
+        if block is None:  # no recorded value, or a block parse.py already refused
+            continue
+        if block.starter != excerpt.starter:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} is bound to {block.starter}; only the previewed starter ({excerpt.starter}) records values")
+        elif block.state is not None and not block.state.shown:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} says `state: false`, so its lines record nothing")
+        elif recorded.name != "return":
+            known = bound_names(source, block.first, block.last)
+            if recorded.name not in known:
+                problems.add(recorded.mark, f"recorded: {recorded.name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
 
 
 def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | str:
@@ -244,19 +264,24 @@ def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
-def trace_spans_of(lab: Lab, texts: dict[str, str]) -> tuple[tuple[int, int], ...]:
-    """`traced_spans` from the texts of the walkthrough's starters alone (what `check` needs; no
-    highlighting). Empty when the excerpt cannot be cut: the build reports why."""
+def plain_excerpt(lab: Lab, texts: dict[str, str]) -> Excerpt | None:
+    """The lab's excerpt from its starters' texts alone (what `check` needs: no highlighting), or
+    None when it cannot be cut: the build reports why."""
     from infralens.highlight import source_file
 
+    if any(step.starter not in texts for step in lab.steps):
+        return None
     sources = {path: source_file(path, text, ((), "text")) for path, text in texts.items()}  # the lines alone, not highlighted
     problems = Problems()
-    if any(step.starter not in sources for step in lab.steps):
-        return ()
     excerpt = resolve_excerpt(lab, sources, problems)
-    if excerpt is None or problems:
-        return ()
-    return traced_spans(lab, excerpt)
+    return None if excerpt is None or problems else excerpt
+
+
+def trace_spans_of(lab: Lab, texts: dict[str, str]) -> tuple[tuple[int, int], ...]:
+    """`traced_spans` from the texts of the walkthrough's starters alone; empty when the excerpt
+    cannot be cut."""
+    excerpt = plain_excerpt(lab, texts)
+    return traced_spans(lab, excerpt) if excerpt is not None else ()
 
 
 def bound_names(source: SourceFile, first: int, last: int) -> list[str]:

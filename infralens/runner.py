@@ -27,7 +27,7 @@ from pathlib import Path
 from infralens.claims import figure_line, unbacked_figures
 from infralens.markdown import python_blocks
 from infralens.errors import Mark, Problem
-from infralens.models import Lab, RunResult, Starter
+from infralens.models import Excerpt, KeyBlock, Lab, RunResult, Starter
 from infralens.results import ResultStore, run_key
 from infralens.sandbox import Sandbox
 
@@ -588,12 +588,12 @@ def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
     return failed_by(results, calculator_problems(lab, {result.starter: result for result in results}))
 
 
-def check_questions(lab: Lab, results: list[RunResult]) -> list[RunResult]:
-    """Fail a passed run when a question's pattern matches nothing it printed: its page could not
-    give that answer."""
+def check_questions(lab: Lab, results: list[RunResult], blocks: tuple[KeyBlock, ...]) -> list[RunResult]:
+    """Fail a passed run when a question's pattern matches nothing it printed, or a value it should
+    have recorded is missing: its page could not give that answer."""
     from infralens.questions import question_problems
 
-    return failed_by(results, question_problems(lab, {result.starter: result for result in results}))
+    return failed_by(results, question_problems(lab, {result.starter: result for result in results}, blocks))
 
 
 def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]]) -> list[RunResult]:
@@ -618,15 +618,16 @@ def become_subreaper() -> bool:
         return False
 
 
-def lab_spans(lab: Lab, root: Path) -> Spans:
-    """The lines of a lab's excerpt whose state its previewed starter's run records."""
-    from infralens.resolve import trace_spans_of
+def lab_excerpt(lab: Lab, root: Path) -> Excerpt | None:
+    """The lab's excerpt, cut from its starters' text alone (no highlighting), or None when it
+    cannot be: the build reports why."""
+    from infralens.resolve import plain_excerpt
 
     try:
         texts = {step.starter: (root / step.starter).read_text(encoding="utf-8") for step in lab.steps}
     except (OSError, UnicodeDecodeError):
-        return ()
-    return trace_spans_of(lab, texts)
+        return None
+    return plain_excerpt(lab, texts)
 
 
 def run_labs(
@@ -649,7 +650,10 @@ def run_labs(
     again under the tracer (and a stored result counts only if it recorded no state either).
     """
     pairs = runnable(labs)
-    spans = {lab.id: lab_spans(lab, root) if state else () for lab in labs}
+    from infralens.resolve import traced_spans
+
+    excerpts = {lab.id: lab_excerpt(lab, root) for lab in labs}
+    spans = {lab.id: traced_spans(lab, excerpts[lab.id]) if state and excerpts[lab.id] else () for lab in labs}
     running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     done = threading.Event()
@@ -672,7 +676,7 @@ def run_labs(
             runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]
             runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
             runs = check_calculators(lab, runs)
-            runs = check_questions(lab, runs)
+            runs = check_questions(lab, runs, excerpts[lab.id].key_blocks if excerpts[lab.id] else ())
             for result in runs:
                 if on_result:
                     on_result(result)

@@ -59,13 +59,15 @@ def test_a_right_a_close_and_a_wrong_answer_get_their_verdicts(tabs) -> None:
     assert answer(second, "4,194,304") == "Right: that is the checked run's figure."
     assert answer(second, "4.1 MiB") == "Close: within 3% of the checked run's figure (off by 2.5%)."
     assert answer(second, "4 GiB") == "Off by 1,024x, too high."
+    recorded = page.locator("#q-per-layer")  # a value the run recorded on a line, not one it printed
+    assert answer(recorded, "32 bytes") == "Right: that is the checked run's figure."
 
 
 def test_the_lab_page_leads_to_its_practice(tabs) -> None:
     page = tabs().goto(LAB)
     page.locator(".practice-link").click()
     expect(page).to_have_title("Practice · Lab 01: Question lab · Questions")
-    expect(page.locator(".q")).to_have_count(3)
+    expect(page.locator(".q")).to_have_count(4)
 
 
 def test_a_choice_says_why_and_the_answer_reveals(tabs) -> None:
@@ -93,13 +95,13 @@ def test_progress_survives_a_reload_marks_the_index_and_resets(tabs) -> None:
     answer(page.locator("#q-q2"), "9 MiB")  # tried, not right
     page.reload()
     nav = page.get_by_role("navigation", name="Labs").get_by_role("link", name="Question lab")
-    expect(nav).to_contain_text("✓ 1/3")
-    expect(nav.locator(".sr")).to_have_text(" (visited, 1 of 3 questions right)")
+    expect(nav).to_contain_text("✓ 1/4")
+    expect(nav.locator(".sr")).to_have_text(" (visited, 1 of 4 questions right)")
     lab = tab.goto(LAB)
-    expect(lab.locator(".practice-link")).to_contain_text("✓ 1/3")
+    expect(lab.locator(".practice-link")).to_contain_text("✓ 1/4")
     index = tab.goto("index.html")
     card = index.locator(".lab-card-link")
-    expect(card).to_contain_text("✓ 1/3")
+    expect(card).to_contain_text("✓ 1/4")
     panel = index.locator(".progress")
     expect(panel).to_contain_text("In this browser: 1 lab visited, 1 question answered right.")
     panel.get_by_role("button", name="Reset progress").click()

@@ -117,8 +117,9 @@ def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
     """Issue 14: every lab's excerpt shows what its lines held in the checked run. A lab that
     opts out (state: false) must be argued for here, not slip through."""
     from infralens.build import load_project
-    from infralens.runner import lab_spans
+    from infralens.resolve import traced_spans
+    from infralens.runner import lab_excerpt
 
     project = load_project(REPO / "site.yml")
-    untraced = [lab.id for lab in project.labs if not lab_spans(lab, REPO)]
+    untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, REPO))]
     assert untraced == []

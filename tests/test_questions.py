@@ -3,6 +3,7 @@ and `check` and `build` on tests/sites/questions (the real commands)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from infralens.errors import InputError, Mark
 from infralens.models import RunResult
 from infralens.parse import parse_lab
 from infralens.questions import Figure, answered_questions, question_problems, reading
+from infralens.resolve import plain_excerpt
 
 SITE = TESTS / "sites" / "questions"
 MANIFEST = "labs/lab-01-q.yml"
@@ -75,45 +77,60 @@ def lab(extra: str = ""):
     return parse_lab(MANIFEST, "lab-01-q", (SITE / MANIFEST).read_text() + extra)
 
 
-def run(stdout: str, status: str = "passed") -> dict[str, RunResult]:
-    result = RunResult("lab-01-q", "code/lab-01-q/kv.py", status, 0.1, 0, stdout, "", "", Mark("x"), finished="2026-11-24T08:00:00Z")
+def run(stdout: str, status: str = "passed", state: str = "") -> dict[str, RunResult]:
+    result = RunResult("lab-01-q", "code/lab-01-q/kv.py", status, 0.1, 0, stdout, "", "", Mark("x"), finished="2026-11-24T08:00:00Z", state=state)
     return {result.starter: result}
 
+
+BLOCKS = plain_excerpt(parse_lab(MANIFEST, "lab-01-q", (SITE / MANIFEST).read_text()), {"code/lab-01-q/kv.py": (SITE / "code/lab-01-q/kv.py").read_text()}).key_blocks
+STATE = json.dumps({"version": 1, "lines": {"6": {"count": 1, "samples": [{"n": 1, "values": {"per_layer": "32"}}]}}, "calls": {}})
 
 OUTPUT = "kv  bytes per token: 1,024\nkv cache of 4096 tokens: 4.00 MiB   \n"
 
 
 @pytest.mark.unit
 def test_answers_come_from_what_the_run_printed() -> None:
-    answered, problems = answered_questions(lab(), run(OUTPUT))
+    answered, problems = answered_questions(lab(), run(OUTPUT), BLOCKS)
     assert problems == []
-    assert [q.id for q in answered] == ["per-token", "q2", "why-two"]
-    first, second, third = answered
+    assert [q.id for q in answered] == ["per-token", "q2", "why-two", "per-layer"]
+    first, second, third, fourth = answered
     assert (first.figure.value, first.shown, first.line) == (1024.0, "1,024 B", "kv bytes per token: 1,024")
     assert (second.figure.value, second.shown, second.line) == (4194304.0, "4.00 MiB", "kv cache of 4096 tokens: 4.00 MiB")
     assert third.figure is None and third.right == 0
+    assert fourth.figure is None  # this run recorded no state (check --no-state): no answer, no problem
+
+
+@pytest.mark.unit
+def test_a_recorded_answer_is_the_value_the_run_recorded_on_the_blocks_line() -> None:
+    answered, problems = answered_questions(lab(), run(OUTPUT, state=STATE), BLOCKS)
+    assert problems == []
+    fourth = answered[3]
+    assert (fourth.figure.value, fourth.shown, fourth.line, fourth.recorded_on) == (32.0, "32 B", "per_layer = 32", 6)
+    other = json.dumps({"version": 1, "lines": {"7": {"count": 1, "samples": [{"n": 1, "values": {"total": "1,024"}}]}}, "calls": {}})
+    _, problems = answered_questions(lab(), run(OUTPUT, state=other), BLOCKS)
+    assert [str(p) for p in problems] == [f"{MANIFEST}:57:42: error: question 'per-layer': the checked run recorded no value of 'per_layer' on lines 6-6"]
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("runs", [{}, run(OUTPUT, status="failed")], ids=["no run", "failed run"])
 def test_without_a_passing_run_a_question_has_no_answer_and_no_problem(runs) -> None:
-    answered, problems = answered_questions(lab(), runs)
+    answered, problems = answered_questions(lab(), runs, BLOCKS)
     assert problems == [] and all(q.figure is None for q in answered)
 
 
 @pytest.mark.unit
 def test_a_pattern_the_run_does_not_match_is_a_problem_at_the_pattern() -> None:
-    answered, problems = answered_questions(lab(), run("kv bytes per token: 1,024\n"))
+    answered, problems = answered_questions(lab(), run("kv bytes per token: 1,024\n"), BLOCKS)
     assert [str(p) for p in problems] == [
         f"{MANIFEST}:37:16: error: question 'q2': the checked run of code/lab-01-q/kv.py printed nothing that matches 'tokens: ([\\d.]+ MiB)'"
     ]
     assert answered[1].figure is None and answered[0].figure is not None
-    assert list(question_problems(lab(), run("kv bytes per token: 1,024\n"))) == ["code/lab-01-q/kv.py"]
+    assert list(question_problems(lab(), run("kv bytes per token: 1,024\n"), BLOCKS)) == ["code/lab-01-q/kv.py"]
 
 
 @pytest.mark.unit
 def test_a_match_that_is_not_a_number_in_the_unit_is_a_problem() -> None:
-    _, problems = answered_questions(lab(), run("kv bytes per token: 1,024\nkv cache of 4096 tokens: 4.00.1 MiB\n"))
+    _, problems = answered_questions(lab(), run("kv bytes per token: 1,024\nkv cache of 4096 tokens: 4.00.1 MiB\n"), BLOCKS)
     assert [p.message for p in problems] == ["question 'q2': the run printed '4.00.1 MiB' where 'tokens: ([\\d.]+ MiB)' matches, which is not a number in 'B'"]
 
 
@@ -160,6 +177,24 @@ def test_a_question_has_an_answer_or_choices_and_known_blocks() -> None:
 
 
 @pytest.mark.unit
+def test_a_recorded_value_must_be_bound_by_its_block_and_recorded() -> None:
+    from infralens.highlight import source_file
+    from infralens.errors import Problems
+    from infralens.resolve import resolve_excerpt
+
+    text = (SITE / MANIFEST).read_text().replace("recorded: {block: per_layer, name: per_layer}", "recorded: {block: per_layer, name: total}")
+    problems = Problems()
+    resolve_excerpt(parse_lab(MANIFEST, "lab-01-q", text), {"code/lab-01-q/kv.py": source_file("code/lab-01-q/kv.py", (SITE / "code/lab-01-q/kv.py").read_text())}, problems)
+    assert [str(p) for p in problems] == [f"{MANIFEST}:57:42: error: recorded: 'total' is not bound by any line of key block 'per_layer' (lines 6-6); names bound there: per_layer"]
+    assert errors_of(NUMERIC.format(answer="{recorded: {block: totl, name: total}}")) == [
+        f"{MANIFEST}:29:32: error: question 'q1': recorded: block 'totl' is not a key block's name (did you mean 'total'?)"
+    ]
+    assert errors_of(NUMERIC.format(answer="{printed: '(x)', recorded: {block: total, name: total}}")) == [
+        f"{MANIFEST}:29:40: error: answer needs exactly one of 'printed', 'recorded', got 2"
+    ]
+
+
+@pytest.mark.unit
 def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number() -> None:
     from infralens.build import load_project
 
@@ -189,13 +224,14 @@ def test_check_then_build_shows_each_answer_the_run_printed(site: Path) -> None:
     built = run_infralens("build", "--out", "out", cwd=site, env=env_of(site))
     assert built.returncode == 0, built.stderr
     lab_page = (site / "out" / "labs" / "lab-01-q" / "index.html").read_text()
-    assert '<a class="practice-link" href="../../labs/lab-01-q/practice.html" data-questions="3">3 questions</a>' in lab_page
+    assert '<a class="practice-link" href="../../labs/lab-01-q/practice.html" data-questions="4">4 questions</a>' in lab_page
     page = (site / "out" / "labs" / "lab-01-q" / "practice.html").read_text()
     assert '<details class="q-reveal"><summary>Answer</summary>' in page
     assert "<strong>1,024 B</strong>" in page and "<strong>4.00 MiB</strong>" in page
     assert 'data-a="4194304.0"' in page
     index = (site / "out" / "index.html").read_text()
-    assert '<a class="lab-card-link" href="labs/lab-01-q/index.html" data-questions="3">' in index
+    assert '<a class="lab-card-link" href="labs/lab-01-q/index.html" data-questions="4">' in index
+    assert "<strong>32 B</strong>, as the checked run of" in page and "recorded it on line 6: <code>per_layer = 32</code>" in page
 
 
 @pytest.mark.cli
@@ -204,7 +240,7 @@ def test_without_a_checked_run_a_numeric_question_has_no_reveal(site: Path) -> N
     assert built.returncode == 0, built.stderr
     page = (site / "out" / "labs" / "lab-01-q" / "practice.html").read_text()
     assert page.count('class="q-reveal"') == 1  # the choice question's only
-    assert page.count("no checked run has printed it yet") == 2
+    assert page.count("no run has given it yet") == 3
 
 
 @pytest.mark.cli
