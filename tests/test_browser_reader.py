@@ -180,7 +180,11 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) 
         assert note.is_visible()
         lines = note.locator(".kb-lines").inner_text()
         assert str(block.first) in lines and str(block.last) in lines
-    assert page.locator(".excerpt figcaption a").get_attribute("href").endswith(f".html#L{resolved.excerpt.first}")  # the full file
+    # The full file: linked under the excerpt, or in each step's header of a walkthrough.
+    links = page.locator(".step-head a" if resolved.excerpt.walkthrough else ".excerpt figcaption a")
+    assert [links.nth(i).get_attribute("href").split("code/", 1)[1] for i in range(links.count())] == [
+        f"{part.starter.split('code/', 1)[1]}.html#L{part.first}" for part in resolved.excerpt.parts
+    ]
     # Controls that need JS stay out of the way.
     assert page.locator(".theme-toggle").is_hidden()
     assert page.locator(".copy").count() == 0
