@@ -190,7 +190,12 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) 
     assert page.locator(".copy").count() == 0
     # Every bound line is marked without JS.
     bound = page.eval_on_selector_all(".excerpt code > span.bound", "rows => rows.map(r => r.id)")
-    expected = sorted({f"L{line.number}" for b in resolved.excerpt.key_blocks for line in resolved.excerpt.lines if b.first <= line.number <= b.last}, key=lambda s: int(s[1:]))
+    expected = [  # in page order: each step's lines, in a walkthrough's order
+        f"{part.prefix}L{line.number}"
+        for at, part in enumerate(resolved.excerpt.parts)
+        for line in part.lines
+        if any(b.part == at and b.first <= line.number <= b.last for b in resolved.excerpt.key_blocks)
+    ]
     assert bound == expected
     assert tab.external == []
 
