@@ -89,8 +89,9 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
 @click.option("--sandbox", is_flag=True, help="Run each starter under bubblewrap: no writes outside its scratch folder, no network (for contributions from strangers; see the README).")
 @click.option("--no-state", is_flag=True, help="Skip the second, traced run that records the excerpt's execution state: faster, and the pages show no state until a check records it.")
+@click.option("--shard", "shard", metavar="K/N", callback=lambda ctx, param, value: shard_option(value), help="Check only the K-th of N disjoint shares of the labs, balanced by their recorded run times (for N CI jobs; each must see the same result store, or none).")
 @CACHE_OPTION
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, cache_dir: Path | None) -> None:
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, shard: tuple[int, int] | None, cache_dir: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     from infralens.models import RunResult
     from infralens.reports import results_json, results_junit
@@ -110,6 +111,9 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             click.echo(f"error: unknown lab {lab_id!r}{did_you_mean(lab_id, known)}", err=True)
         sys.exit(2)
     labs = tuple(lab for lab in project.labs if not lab_ids or lab.id in lab_ids)
+    store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
+    if shard is not None:
+        labs = shard_labs(labs, project.root, store, *shard)
     pairs = runnable(labs)
     width = max((len(starter.path) for _, starter in pairs), default=10)
     lab_width = max((len(lab.id) for lab, _ in pairs), default=10)
@@ -131,7 +135,6 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         except SandboxUnavailable as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
-    store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
         results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state)
@@ -153,6 +156,35 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
+
+
+def shard_option(value: str | None) -> tuple[int, int] | None:
+    """`--shard K/N` read, or a usage error that says what it must look like."""
+    from infralens.shards import parse_shard
+
+    if value is None:
+        return None
+    parsed = parse_shard(value)
+    if parsed is None:
+        raise click.BadParameter(f"{value!r} is not K/N with 1 <= K <= N, such as 2/4")
+    return parsed
+
+
+def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
+    """The labs of shard K of N, balanced by each lab's recorded run time (its runnable starters'
+    stored results for their current versions), with a line on stderr saying which."""
+    from infralens.results import run_key
+    from infralens.shards import split
+
+    durations = []
+    for lab in labs:
+        runs = [store.load(run_key(root, starter)) for starter in lab.starters if starter.run is not None]
+        durations.append((lab.id, None if None in runs else sum(run.seconds for run in runs)))
+    chosen = set(split(durations, n)[k - 1])
+    picked = tuple(lab for lab in labs if lab.id in chosen)
+    recorded = sum(seconds or 0 for lab_id, seconds in durations if lab_id in chosen)
+    click.echo(f"shard {k}/{n}: {len(picked)} of {len(labs)} labs ({recorded:.0f} s of recorded runs)", err=True)
+    return picked
 
 
 @main.command()

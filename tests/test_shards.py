@@ -1,0 +1,70 @@
+"""`check --shard K/N`: N disjoint shares of the labs that together cover each once, the same on
+every run, balanced by recorded run times (round-robin by id when none are recorded)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_infralens
+from infralens.shards import parse_shard, split
+
+SITE_LABS = sorted(p.stem for p in (REPO / "labs").glob("*.yml"))
+TIMED = [(lab_id, seconds) for lab_id, seconds in zip(SITE_LABS, [3.7, 1.2, 0.4, 5.1, 2.2, 1.9, 0.8, 4.4, 6.0, None, 2.9, 1.1, 3.3, 2.5, 7.8, 1.0, 3.0, 2.2, 9.6, 8.1, 2.4])]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("labs", [[(lab_id, None) for lab_id in SITE_LABS], TIMED], ids=["unrecorded", "recorded"])
+def test_shards_are_disjoint_complete_and_stable(labs, count: int) -> None:
+    shards = split(labs, count)
+    assert len(shards) == count
+    every = [lab_id for shard in shards for lab_id in shard]
+    assert sorted(every) == sorted(lab_id for lab_id, _ in labs)  # each lab exactly once
+    shuffled = labs[:]
+    random.Random(count).shuffle(shuffled)
+    assert split(shuffled, count) == shards  # the order labs come in changes nothing
+    assert all(shard == sorted(shard) for shard in shards)
+
+
+@pytest.mark.unit
+def test_without_records_labs_go_round_robin_by_id() -> None:
+    assert split([("c", None), ("a", None), ("b", None), ("d", None)], 2) == [["a", "c"], ["b", "d"]]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+def test_recorded_times_balance_the_shards(count: int) -> None:
+    cost = {lab_id: seconds for lab_id, seconds in TIMED}
+    typical = sorted(int(-(-s // 1)) for s in cost.values() if s is not None)[10]
+    loads = [sum(int(-(-cost[i] // 1)) if cost[i] is not None else typical for i in shard) for shard in split(TIMED, count)]
+    assert max(loads) - min(loads) <= 10  # at most the longest lab apart (9.6 s rounds to 10)
+
+
+@pytest.mark.unit
+def test_a_fraction_of_a_second_of_jitter_moves_no_lab() -> None:
+    jittered = [(lab_id, None if s is None else s - 0.05) for lab_id, s in TIMED]
+    assert split(jittered, 3) == split(TIMED, 3)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("text", "parsed"), [("1/1", (1, 1)), ("2/4", (2, 4)), (" 3 / 5 ", (3, 5)), ("0/2", None), ("3/2", None), ("2", None), ("a/b", None), ("1/0", None)])
+def test_reading_k_of_n(text: str, parsed) -> None:
+    assert parse_shard(text) == parsed
+
+
+@pytest.mark.cli
+def test_two_shards_of_a_site_check_each_lab_once(sample_site: Path, tmp_path: Path) -> None:
+    checked = []
+    for k in (1, 2):
+        report = tmp_path / f"shard-{k}.json"
+        result = run_infralens("check", "--shard", f"{k}/2", "--json", str(report), cwd=sample_site)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.startswith(f"shard {k}/2: 1 of 2 labs")
+        checked.append(sorted({entry["lab"] for entry in json.loads(report.read_text())["results"]}))
+    assert checked == [["lab-01-sample"], ["lab-02-notes"]]
+    bad = run_infralens("check", "--shard", "3/2", cwd=sample_site)
+    assert bad.returncode == 2 and "'3/2' is not K/N with 1 <= K <= N" in bad.stderr and "Traceback" not in bad.stderr
