@@ -89,9 +89,10 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JUnit XML to this file.")
 @click.option("--sandbox", is_flag=True, help="Run each starter under bubblewrap: no writes outside its scratch folder, no network (for contributions from strangers; see the README).")
 @click.option("--no-state", is_flag=True, help="Skip the second, traced run that records the excerpt's execution state: faster, and the pages show no state until a check records it.")
+@click.option("--results-dir", "results_dir", type=click.Path(file_okay=False, path_type=Path), help="Also write this check's results to DIR: its stored records (runs/), results.json and junit.xml, for `infralens results merge` on another machine.")
 @click.option("--shard", "shard", metavar="K/N", callback=lambda ctx, param, value: shard_option(value), help="Check only the K-th of N disjoint shares of the labs, balanced by their recorded run times (for N CI jobs; each must see the same result store, or none).")
 @CACHE_OPTION
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, shard: tuple[int, int] | None, cache_dir: Path | None) -> None:
+def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, results_dir: Path | None, shard: tuple[int, int] | None, cache_dir: Path | None) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     from infralens.models import RunResult
     from infralens.reports import results_json, results_junit
@@ -141,6 +142,13 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)
+    if results_dir is not None:
+        json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
+        results_dir.mkdir(parents=True, exist_ok=True)
+        from infralens.results import export_results, run_key
+
+        starters = {starter.path: starter for lab in labs for starter in lab.starters}
+        export_results(store, [run_key(project.root, starters[r.starter]) for r in results], results_dir)
     for path, make in ((json_path, results_json), (junit_path, results_junit)):
         if path:
             try:
@@ -156,6 +164,40 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
+
+
+@main.group()
+def results() -> None:
+    """Results of checks run elsewhere (a CI matrix's shards)."""
+
+
+@results.command("merge")
+@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
+@CACHE_OPTION
+def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) -> None:
+    """Take the results FOLDERS of `check --results-dir` into this site's store, so a build shows
+    every lab as if one machine had checked them all. A record of another version of its starter is
+    refused; records of one starter that disagree are reported. Exit 1 if any was refused or disagreed."""
+    from infralens.results import ResultStore, merge_results, run_key
+    from infralens.runner import runnable
+
+    try:
+        project = load_project(site_path, cache_dir)
+    except InputError as exc:
+        report(exc)
+        sys.exit(1)
+    current = {starter.path: run_key(project.root, starter) for _, starter in runnable(project.labs)}
+    store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
+    merged, refused, conflicts = merge_results(store, list(folders), current)
+    for line in merged:
+        click.echo(f"merged: {line}")
+    for line in refused:
+        click.echo(f"refused: {line}", err=True)
+    for line in conflicts:
+        click.echo(f"conflict: {line}", err=True)
+    click.echo(f"{len(merged)} merged, {len(refused)} refused, {len(conflicts)} conflicting")
+    sys.exit(1 if refused or conflicts else 0)
 
 
 def shard_option(value: str | None) -> tuple[int, int] | None:

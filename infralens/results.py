@@ -144,3 +144,52 @@ class ResultStore:
             return RunResult(**record)
         except (OSError, ValueError, TypeError, KeyError):
             return None
+
+
+def export_results(store: ResultStore, keys: list[str], folder: Path) -> int:
+    """Copy the stored records of these keys (result.json and artifacts) into `folder`/runs/, a
+    store of its own that `merge_results` can take in elsewhere; return how many were copied."""
+    copied = 0
+    for key in dict.fromkeys(keys):
+        source = store.slot(key)
+        if (source / "result.json").is_file():
+            target = folder / "runs" / key
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(source, target)
+            copied += 1
+    return copied
+
+
+def merge_results(store: ResultStore, folders: list[Path], current: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """Take the records of other checks' results folders into the store: (merged, refused,
+    conflicts), one line each.
+
+    `current` maps each runnable starter to its run key now. A record whose key is not its
+    starter's current key is refused: it was run on another version of the starter (or another
+    Python, torch, tracer). Two records of one key that disagree on the status are a conflict; the
+    later one (by when it finished) is kept either way, as a single machine would keep its last run.
+    """
+    merged, refused, conflicts = [], [], []
+    wanted = {key: starter for starter, key in current.items()}
+    for folder in folders:
+        runs = folder / "runs"
+        for slot in sorted(runs.iterdir()) if runs.is_dir() else []:
+            result = ResultStore(runs).load(slot.name)
+            if result is None:
+                refused.append(f"{slot}: not a stored result")
+                continue
+            if wanted.get(slot.name) != result.starter:
+                why = "no such starter in this site" if result.starter not in current else "its starter, or what the run depends on, changed since"
+                refused.append(f"{slot}: {result.starter}: stale ({why})")
+                continue
+            there = store.load(slot.name)
+            if there is not None and there.status != result.status:
+                conflicts.append(f"{result.starter}: {there.status} in the store ({there.finished}), {result.status} in {folder} ({result.finished})")
+            if there is not None and there.finished >= result.finished:
+                continue
+            target = store.slot(slot.name)
+            store.folder.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(slot, target)
+            merged.append(f"{result.starter}: {result.status} ({result.finished})")
+    return merged, refused, conflicts

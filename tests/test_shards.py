@@ -1,9 +1,12 @@
-"""`check --shard K/N`: N disjoint shares of the labs that together cover each once, the same on
-every run, balanced by recorded run times (round-robin by id when none are recorded)."""
+"""Checks across machines: `check --shard K/N` (N disjoint shares of the labs that together cover
+each once, the same on every run, balanced by recorded run times, round-robin by id when none are
+recorded), `check --results-dir` and `infralens results merge` (records that travel; a stale one is
+refused, a disagreement reported)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import random
 from pathlib import Path
 
@@ -68,3 +71,48 @@ def test_two_shards_of_a_site_check_each_lab_once(sample_site: Path, tmp_path: P
     assert checked == [["lab-01-sample"], ["lab-02-notes"]]
     bad = run_infralens("check", "--shard", "3/2", cwd=sample_site)
     assert bad.returncode == 2 and "'3/2' is not K/N with 1 <= K <= N" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def stored(cache: Path) -> dict[str, str]:
+    """key → status of every record in a cache's store."""
+    return {slot.name: json.loads((slot / "result.json").read_text())["status"] for slot in sorted((cache / "runs").iterdir()) if (slot / "result.json").is_file()}
+
+
+@pytest.mark.cli
+def test_merged_shard_results_equal_one_machines_and_build_shows_them(sample_site: Path, tmp_path: Path) -> None:
+    for k in (1, 2):
+        env = {"INFRALENS_CACHE_DIR": str(tmp_path / f"cache-{k}")}
+        assert run_infralens("check", "--shard", f"{k}/2", "--results-dir", str(tmp_path / f"shard-{k}"), cwd=sample_site, env=env).returncode == 0
+        assert (tmp_path / f"shard-{k}" / "junit.xml").is_file() and (tmp_path / f"shard-{k}" / "results.json").is_file()
+    merged = {"INFRALENS_CACHE_DIR": str(tmp_path / "merged")}
+    result = run_infralens("results", "merge", str(tmp_path / "shard-1"), str(tmp_path / "shard-2"), cwd=sample_site, env=merged)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("2 merged, 0 refused, 0 conflicting\n")
+    single = {"INFRALENS_CACHE_DIR": str(tmp_path / "single")}
+    assert run_infralens("check", cwd=sample_site, env=single).returncode == 0
+    assert stored(tmp_path / "merged") == stored(tmp_path / "single")  # the same records, by key
+    built = run_infralens("build", "--out", str(tmp_path / "out"), cwd=sample_site, env=merged)
+    assert built.returncode == 0, built.stderr
+    for lab in ("lab-01-sample", "lab-02-notes"):
+        assert "Last run: <strong>passed</strong>" in (tmp_path / "out" / "labs" / lab / "index.html").read_text()
+
+
+@pytest.mark.cli
+def test_a_record_of_another_version_is_refused_and_a_disagreement_reported(sample_site: Path, tmp_path: Path) -> None:
+    env = {"INFRALENS_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_infralens("check", "--results-dir", str(tmp_path / "old"), cwd=sample_site, env=env).returncode == 0
+    twin = tmp_path / "twin"  # the same run, said to have failed later on another machine
+    shutil.copytree(tmp_path / "old", twin)
+    record = next(p for p in (twin / "runs").glob("*/result.json") if json.loads(p.read_text())["starter"] == "code/lab-01-sample/kv.py")
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "status": "failed", "finished": "2999-01-01T00:00:00Z"}))
+    merged = {"INFRALENS_CACHE_DIR": str(tmp_path / "merged")}
+    result = run_infralens("results", "merge", str(tmp_path / "old"), str(twin), cwd=sample_site, env=merged)
+    assert result.returncode == 1
+    assert "conflict: code/lab-01-sample/kv.py: passed in the store" in result.stderr and "failed in " in result.stderr
+    starter = sample_site / "code" / "lab-01-sample" / "kv.py"
+    starter.write_text(starter.read_text() + "\n# changed after the shard ran\n")
+    result = run_infralens("results", "merge", str(tmp_path / "old"), cwd=sample_site, env={"INFRALENS_CACHE_DIR": str(tmp_path / "fresh")})
+    assert result.returncode == 1
+    assert "refused: " in result.stderr and "code/lab-01-sample/kv.py: stale (its starter, or what the run depends on, changed since)" in result.stderr
+    assert result.stdout.endswith("1 merged, 1 refused, 0 conflicting\n")  # the unchanged lab's record still comes in
