@@ -116,3 +116,22 @@ def test_a_record_of_another_version_is_refused_and_a_disagreement_reported(samp
     assert result.returncode == 1
     assert "refused: " in result.stderr and "code/lab-01-sample/kv.py: stale (its starter, or what the run depends on, changed since)" in result.stderr
     assert result.stdout.endswith("1 merged, 1 refused, 0 conflicting\n")  # the unchanged lab's record still comes in
+
+
+@pytest.mark.unit
+def test_the_example_workflow_checks_every_shard_and_merges_them() -> None:
+    """.github/workflows/site.yml: its matrix covers shards 1..SHARDS, each job checks its own
+    share into its own results folder, and the site job merges them all before it builds."""
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "site.yml").read_text())
+    count = int(workflow["env"]["SHARDS"])
+    check = workflow["jobs"]["check"]
+    assert check["strategy"]["matrix"]["shard"] == list(range(1, count + 1))
+    runs = [step["run"] for step in check["steps"] if "run" in step]
+    assert "infralens check --shard ${{ matrix.shard }}/${{ env.SHARDS }} --results-dir results-${{ matrix.shard }}" in runs
+    site = workflow["jobs"]["site"]
+    assert site["needs"] == "check"
+    commands = [step["run"] for step in site["steps"] if "run" in step]
+    assert commands.index("infralens results merge shards/*") < commands.index("infralens build")
+    assert parse_shard(f"{count}/{count}") == (count, count)
