@@ -144,11 +144,15 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         sys.exit(130)
     if results_dir is not None:
         json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
-        results_dir.mkdir(parents=True, exist_ok=True)
         from infralens.results import export_results, run_key
 
         starters = {starter.path: starter for lab in labs for starter in lab.starters}
-        export_results(store, [run_key(project.root, starters[r.starter]) for r in results], results_dir)
+        try:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            export_results(store, [run_key(project.root, starters[r.starter]) for r in results], results_dir)
+        except OSError as exc:
+            click.echo(f"error: cannot write the results to {results_dir}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
     for path, make in ((json_path, results_json), (junit_path, results_junit)):
         if path:
             try:
