@@ -1034,14 +1034,21 @@ class Part:
 
 @dataclass(frozen=True)
 class Excerpt:
-    """The lines a lab page previews, with real numbers; marker lines are left out. `starter` and
-    `lines` are the previewed starter's (a walkthrough may show more of it, and other starters, in
-    `parts`): what its run records state for."""
+    """The lines a lab page previews, with real numbers, step by step (one step unless it is a
+    walkthrough); marker lines are left out."""
 
-    starter: str
-    lines: tuple[SourceLine, ...]
+    parts: tuple[Part, ...]
     key_blocks: tuple[KeyBlock, ...]
-    parts: tuple[Part, ...] = ()
+
+    @property
+    def starter(self) -> str:
+        """The previewed starter: the first step's, whose run records state."""
+        return self.parts[0].starter
+
+    @property
+    def lines(self) -> tuple[SourceLine, ...]:
+        """The previewed starter's lines, of every step that shows it: what its run records state for."""
+        return tuple(line for part in self.parts if part.starter == self.starter for line in part.lines)
 
     @property
     def first(self) -> int:

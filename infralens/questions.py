@@ -176,24 +176,23 @@ def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dic
     return Answered(qid, question, figure, value, f"{recorded.name} = {value}", result.finished, number), None
 
 
+def _answers(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]):
+    """Each question with its answer and its problem (or None), in order."""
+    named = {block.name: block for block in blocks}
+    for position, question in enumerate(lab.questions, start=1):
+        yield (question, *answer(lab, position, question, runs, named))
+
+
 def answered_questions(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]) -> tuple[tuple[Answered, ...], list[Problem]]:
     """Every question of the lab with its answer where a checked run gave one, and the problems."""
-    named = {block.name: block for block in blocks}
-    answered, problems = [], []
-    for position, question in enumerate(lab.questions, start=1):
-        one, problem = answer(lab, position, question, runs, named)
-        answered.append(one)
-        if problem is not None:
-            problems.append(problem)
-    return tuple(answered), problems
+    found = list(_answers(lab, runs, blocks))
+    return tuple(one for _, one, _ in found), [problem for _, _, problem in found if problem is not None]
 
 
 def question_problems(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]) -> dict[str, list[Problem]]:
     """The problems of the lab's questions, by the starter whose run should have answered them."""
-    named = {block.name: block for block in blocks}
     found: dict[str, list[Problem]] = {}
-    for position, question in enumerate(lab.questions, start=1):
-        _, problem = answer(lab, position, question, runs, named)
+    for question, _, problem in _answers(lab, runs, blocks):
         if problem is not None:
             found.setdefault(answering_starter(lab, question.answer), []).append(problem)
     return found

@@ -229,7 +229,6 @@ class Renderer:
                 (part, code_rows(part.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks if b.part == at), state if part.starter == excerpt.starter else None))
                 for at, part in enumerate(excerpt.parts)
             ),
-            prefixes={b.slug: excerpt.parts[b.part].prefix for b in excerpt.key_blocks},
             state=state,
             state_tables={b.slug: block_table(state, b) if b.starter == excerpt.starter else None for b in excerpt.key_blocks},
             state_file=STATE_FILE,

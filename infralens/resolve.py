@@ -196,8 +196,7 @@ def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems
             slug = f"{base}-{suffix}"
         slugs.add(slug)
         blocks.append(KeyBlock(spec.name, slug, spec.note, first, last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at))
-    previewed = tuple(line for part in parts if part.starter == lab.previewed for line in part.lines)
-    excerpt = Excerpt(lab.previewed, previewed, tuple(blocks), tuple(parts))
+    excerpt = Excerpt(tuple(parts), tuple(blocks))
     check_state_names(lab, excerpt, sources[lab.previewed], problems)
     check_recorded_answers(lab, excerpt, sources[lab.previewed], problems)
     return excerpt
@@ -275,13 +274,6 @@ def plain_excerpt(lab: Lab, texts: dict[str, str]) -> Excerpt | None:
     problems = Problems()
     excerpt = resolve_excerpt(lab, sources, problems)
     return None if excerpt is None or problems else excerpt
-
-
-def trace_spans_of(lab: Lab, texts: dict[str, str]) -> tuple[tuple[int, int], ...]:
-    """`traced_spans` from the texts of the walkthrough's starters alone; empty when the excerpt
-    cannot be cut."""
-    excerpt = plain_excerpt(lab, texts)
-    return traced_spans(lab, excerpt) if excerpt is not None else ()
 
 
 def bound_names(source: SourceFile, first: int, last: int) -> list[str]:

@@ -13,7 +13,7 @@ from conftest import TESTS, run_infralens
 from infralens.build import load_project, resolve
 from infralens.errors import Mark
 from infralens.models import RunResult, StateChoice
-from infralens.resolve import trace_spans_of, traced_spans
+from infralens.resolve import plain_excerpt, traced_spans
 from infralens.state import LineState, Shown, block_table, page_state, recorded_text, state_script
 
 SAMPLE = TESTS / "sites" / "sample"
@@ -49,7 +49,7 @@ STATE = {
 @pytest.mark.unit
 def test_the_sample_excerpt_is_traced_as_one_span(sample) -> None:
     assert traced_spans(sample.lab, sample.excerpt) == ((9, 10),)
-    assert trace_spans_of(sample.lab, {"code/lab-01-sample/kv.py": (SAMPLE / "code/lab-01-sample/kv.py").read_text()}) == ((9, 10),)
+    assert traced_spans(sample.lab, plain_excerpt(sample.lab, {"code/lab-01-sample/kv.py": (SAMPLE / "code/lab-01-sample/kv.py").read_text()})) == ((9, 10),)
 
 
 @pytest.mark.unit

@@ -9,7 +9,7 @@ from conftest import TESTS
 from infralens.errors import InputError, Problems
 from infralens.highlight import source_file
 from infralens.parse import parse_lab
-from infralens.resolve import resolve_excerpt, trace_spans_of, traced_spans
+from infralens.resolve import plain_excerpt, resolve_excerpt, traced_spans
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +50,7 @@ def test_each_step_is_an_excerpt_of_its_own_with_its_file_prefix() -> None:
 def test_only_the_previewed_starters_lines_are_traced() -> None:
     excerpt, _ = resolved()
     assert traced_spans(lab(), excerpt) == ((6, 9), (12, 15))
-    assert trace_spans_of(lab(), TEXTS) == ((6, 9), (12, 15))
+    assert traced_spans(lab(), plain_excerpt(lab(), TEXTS)) == ((6, 9), (12, 15))
 
 
 def with_blocks(blocks: str) -> str:

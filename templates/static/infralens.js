@@ -151,7 +151,10 @@
     const column = Object.assign(doc.createElement("ol"), { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
     const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (el) => el.getBoundingClientRect(), at = (row) => rows.indexOf(row);
     const line = (row) => +row.id.replace(/^.*L/, ""), file = (id) => id.replace(/^#|L\d+$/g, "");  // L12, or s2-L12 in a walkthrough's other file
-    const follow = () => notes.forEach((n) => n.classList.toggle("current", wide.matches && box(n).top < innerHeight / 2 && box(n).bottom > innerHeight / 2));
+    const follow = () => {  // every box read before any class is set: one layout per scroll event, not one per note
+      const middle = innerHeight / 2, beside = notes.map((n) => { const b = box(n); return wide.matches && b.top < middle && b.bottom > middle; });
+      notes.forEach((n, i) => n.classList.toggle("current", beside[i]));
+    };
     const lay = () => {
       const on = wide.matches;
       html.classList.toggle("side", on);
