@@ -16,12 +16,13 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
 from infralens import __version__
 from infralens.errors import InputError, Mark, Problem, Problems
-from infralens.models import Lab, LabCard, ResolvedLab, RunResult, Site, SourceFile, card_of
+from infralens.models import Lab, LabCard, ResolvedLab, RunResult, Site, SourceFile, card_of, first_runs
 from infralens.workspace import Manifest, Stamp, Workspace, digest
 
 PARALLEL_FROM = 24
@@ -93,7 +94,8 @@ class Unit:
     """(path, text) of each of the lab's starters."""
     source_digests: tuple[str, ...]
     """A hash of each starter's text, in the order of `sources`, computed once as it was read."""
-    runs: tuple[tuple[str, RunResult], ...]
+    runs: tuple[tuple[tuple[str, str], RunResult], ...]
+    """The stored result of each run of the lab's starters, by (starter path, device)."""
     nav: "Nav"
     key: str
     search_key: str
@@ -304,24 +306,32 @@ def read_starters(ws: Workspace, cards: dict[str, LabCard]) -> dict[str, tuple[s
     return texts
 
 
-def recorded_runs(ws: Workspace, cards: dict[str, LabCard], session: "Session") -> dict[str, RunResult]:
-    """Return the stored result of each runnable starter's current version, by starter path."""
+@lru_cache(maxsize=None)
+def models_digest() -> str:
+    """Identify the models a build state holds: a state pickled with other model classes (another
+    release, or a working copy of this one) is not read back."""
+    from infralens import models
+
+    return digest(Path(models.__file__).read_text(encoding="utf-8"))
+
+
+def recorded_runs(ws: Workspace, cards: dict[str, LabCard], session: "Session") -> dict[tuple[str, str], RunResult]:
+    """Return the stored result of each run of each starter's current version, by (path, device)."""
     from infralens.results import ResultStore
 
     store = ResultStore(ws.runs_folder())
     found = {}
     for card in cards.values():
         for starter in card.starters:
-            if starter.run is None:
-                continue
-            result = store.load(session.run_key(ws, starter))
-            if result is not None:
-                found[starter.path] = result
+            for run in starter.runs:
+                result = store.load(session.run_key(ws, starter, run))
+                if result is not None:
+                    found[starter.path, run.device] = result
     return found
 
 
 def plan(
-    site: Site, manifests: list[Manifest], cards: dict[str, LabCard], starters: dict[str, tuple[str, str]], runs: dict[str, RunResult], theme_key: str
+    site: Site, manifests: list[Manifest], cards: dict[str, LabCard], starters: dict[str, tuple[str, str]], runs: dict[tuple[str, str], RunResult], theme_key: str
 ) -> dict[str, Unit]:
     """Key each lab's share of the build by everything its pages and search documents are made from."""
     ordered = sorted(cards.values(), key=lambda card: card.number)
@@ -333,7 +343,7 @@ def plan(
     for card in ordered:
         manifest = by_id[card.id]
         sources = tuple((s.path, starters[s.path][0]) for s in card.starters)
-        lab_runs = tuple((s.path, runs[s.path]) for s in card.starters if s.path in runs)
+        lab_runs = tuple(((s.path, run.device), runs[s.path, run.device]) for s in card.starters for run in s.runs if (s.path, run.device) in runs)
         source_key = digest(*(f"{s.path}\0{starters[s.path][1]}" for s in card.starters))
         search_key = digest(__version__, "search", tracks_key, manifest.key, source_key)
         nav = navs[card.id]
@@ -500,7 +510,7 @@ def write_shared(
 
     in_order = sorted(units.values(), key=lambda u: u.card.number)
     ordered = [unit.card for unit in in_order]
-    runs = {path: result for unit in units.values() for path, result in unit.runs}
+    runs = {path: result for unit in units.values() for path, result in first_runs(unit.card.starters, dict(unit.runs)).items()}
     # The index shows each lab's card (a function of its manifest) and each run's status and date.
     shown_runs = sorted((path, result.status, result.finished) for path, result in runs.items())
     index_key = digest(theme.key, repr(site), *(unit.manifest.key for unit in in_order), repr(shown_runs))
@@ -548,8 +558,9 @@ def write_shared(
     for unit in units.values():
         for (path, text), text_digest in zip(unit.sources, unit.source_digests):
             stage(path, text_digest, lambda p, t=text: staging.write(p, t))
-        for starter_path, result in unit.runs:
-            folder = store.slot(session.run_key(ws, next(s for s in unit.card.starters if s.path == starter_path)))
+        for (starter_path, device), result in unit.runs:
+            starter = next(s for s in unit.card.starters if s.path == starter_path)
+            folder = store.slot(session.run_key(ws, starter, next(run for run in starter.runs if run.device == device)))
             for name in result.artifacts:
                 source = folder / name
                 if source.is_file():
@@ -610,7 +621,7 @@ class Session:
             ws.store("state", self.state_key(ws), state)
 
     def state_key(self, ws: Workspace) -> str:
-        return digest(STATE_FORMAT, __version__, ws.output_state_key())
+        return digest(STATE_FORMAT, __version__, models_digest(), ws.output_state_key())
 
     def flush(self, ws: Workspace) -> None:
         """Write a long-lived session's state to disk, so the next `infralens build` starts from it."""
@@ -632,16 +643,16 @@ class Session:
                         assets[file.name] = file
         return Theme(dirs, ws.templates_cache(), digest(__version__, *parts), tuple(sorted(assets.items())))
 
-    def run_key(self, ws: Workspace, starter) -> str:
-        """Return the run key of a starter, hashing its folder again only when a file in it changed."""
+    def run_key(self, ws: Workspace, starter, run) -> str:
+        """Return the key of a run of a starter, hashing its folder again only when a file in it changed."""
         from infralens.results import folder_stamp, run_environment, run_key
 
         stamp = (folder_stamp(ws.root, starter), run_environment())  # a new tracer or probe: a new key
-        remembered = self.run_keys.get((starter.path, repr(starter.run)))
+        remembered = self.run_keys.get((starter.path, repr(run)))
         if remembered and remembered[0] == stamp:
             return remembered[1]
-        key = run_key(ws.root, starter)
-        self.run_keys[starter.path, repr(starter.run)] = (stamp, key)
+        key = run_key(ws.root, starter, run)
+        self.run_keys[starter.path, repr(run)] = (stamp, key)
         return key
 
     def map(self, function, items: list, *, context: RenderContext | None = None) -> Iterator:

@@ -13,6 +13,7 @@ import click
 from infralens import __version__
 from infralens.build import Session, load_project, render_in_memory
 from infralens.build import build as build_site
+from infralens.models import DEVICES
 from infralens.errors import InputError, one_line
 from infralens.workspace import CACHE_ENV, Workspace
 
@@ -90,14 +91,28 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
 @click.option("--sandbox", is_flag=True, help="Run each starter under bubblewrap: no writes outside its scratch folder, no network (for contributions from strangers; see the README).")
 @click.option("--no-state", is_flag=True, help="Skip the second, traced run that records the excerpt's execution state: faster, and the pages show no state until a check records it.")
 @click.option("--results-dir", "results_dir", type=click.Path(file_okay=False, path_type=Path), help="Also write this check's results to DIR: its stored records (runs/), results.json and junit.xml, for `infralens results merge` on another machine.")
+@click.option("--device", "device", type=click.Choice(DEVICES), help="Make only the runs on this device (a GPU runner's job: --device cuda); the figures, calculators and questions, judged across every starter's first run, are then not checked.")
 @click.option("--shard", "shard", metavar="K/N", callback=lambda ctx, param, value: shard_option(value), help="Check only the K-th of N disjoint shares of the labs, balanced by their recorded run times (for N CI jobs; each must see the same result store, or none).")
 @CACHE_OPTION
-def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, json_path: Path | None, junit_path: Path | None, sandbox: bool, no_state: bool, results_dir: Path | None, shard: tuple[int, int] | None, cache_dir: Path | None) -> None:
+def check(
+    lab_ids: tuple[str, ...],
+    site_path: Path,
+    jobs: int,
+    no_cache: bool,
+    json_path: Path | None,
+    junit_path: Path | None,
+    sandbox: bool,
+    no_state: bool,
+    results_dir: Path | None,
+    device: str | None,
+    shard: tuple[int, int] | None,
+    cache_dir: Path | None,
+) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
-    from infralens.models import RunResult
+    from infralens.models import RunResult, run_name
     from infralens.reports import results_json, results_junit
     from infralens.results import ResultStore
-    from infralens.runner import become_subreaper, run_labs, runnable
+    from infralens.runner import become_subreaper, run_labs, runs_of
     from infralens.schema import did_you_mean
 
     try:
@@ -115,13 +130,13 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     if shard is not None:
         labs = shard_labs(labs, project.root, store, *shard)
-    pairs = runnable(labs)
-    width = max((len(starter.path) for _, starter in pairs), default=10)
-    lab_width = max((len(lab.id) for lab, _ in pairs), default=10)
+    every = [(lab, starter, run) for lab, starter, run in runs_of(labs) if device in (None, run.device)]
+    width = max((len(run_name(starter.path, run.device)) for _, starter, run in every), default=10)
+    lab_width = max((len(lab.id) for lab, _, _ in every), default=10)
 
     def show(result: RunResult) -> None:
-        cached = "  (stored result)" if result.cached else ""
-        click.echo(f"{result.lab:<{lab_width}}  {result.starter:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{cached}")
+        said = "  (stored result)" if result.cached else f"  {result.reason}" if result.skipped else ""
+        click.echo(f"{result.lab:<{lab_width}}  {result.name:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{said}")
 
     for path in (json_path, junit_path):
         if path and not path.absolute().parent.is_dir():  # said now, not after every starter has run
@@ -138,7 +153,7 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             sys.exit(2)
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
-        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state)
+        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state, device=device)
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)
@@ -146,10 +161,10 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
         json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
         from infralens.results import export_results, run_key
 
-        starters = {starter.path: starter for lab in labs for starter in lab.starters}
+        keys = {(starter.path, run.device): run_key(project.root, starter, run) for _, starter, run in every}
         try:
             results_dir.mkdir(parents=True, exist_ok=True)
-            export_results(store, [run_key(project.root, starters[r.starter]) for r in results], results_dir)
+            export_results(store, [keys[r.starter, r.device] for r in results], results_dir)
         except OSError as exc:
             click.echo(f"error: cannot write the results to {results_dir}: {exc.strerror or exc}", err=True)
             sys.exit(1)
@@ -160,13 +175,14 @@ def check(lab_ids: tuple[str, ...], site_path: Path, jobs: int, no_cache: bool, 
             except OSError as exc:
                 click.echo(f"error: cannot write {path}: {exc.strerror}", err=True)
                 sys.exit(1)
-    failed = [r for r in results if not r.passed]
+    failed = [r for r in results if not r.passed and not r.skipped]
     for result in failed:
-        click.echo(f"\n{result.mark}: error: {result.starter}: {result.reason}", err=True)
+        click.echo(f"\n{result.mark}: error: {result.name}: {result.reason}", err=True)
         tail = result.tail()
         if tail:  # escaped: a starter's output must not send commands to the terminal (ESC sequences)
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
-    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    skipped = sum(r.skipped for r in results)
+    click.echo(f"{len(results) - len(failed) - skipped} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
     sys.exit(1 if failed else 0)
 
 
@@ -184,14 +200,14 @@ def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) ->
     every lab as if one machine had checked them all. A record of another version of its starter is
     refused; records of one starter that disagree are reported. Exit 1 if any was refused or disagreed."""
     from infralens.results import ResultStore, merge_results, run_key
-    from infralens.runner import runnable
+    from infralens.runner import runs_of
 
     try:
         project = load_project(site_path, cache_dir)
     except InputError as exc:
         report(exc)
         sys.exit(1)
-    current = {starter.path: run_key(project.root, starter) for _, starter in runnable(project.labs)}
+    current = {run_key(project.root, starter, run): starter.path for _, starter, run in runs_of(project.labs)}
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     merged, refused, conflicts = merge_results(store, list(folders), current)
     for line in merged:
@@ -224,7 +240,7 @@ def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
 
     durations = []
     for lab in labs:
-        runs = [store.load(run_key(root, starter)) for starter in lab.starters if starter.run is not None]
+        runs = [store.load(run_key(root, starter, run)) for starter in lab.starters for run in starter.runs]
         durations.append((lab.id, None if None in runs else sum(run.seconds for run in runs)))
     chosen = set(split(durations, n)[k - 1])
     picked = tuple(lab for lab in labs if lab.id in chosen)

@@ -138,6 +138,13 @@ ARTIFACT = Text(
 )
 
 
+DEVICES = ("cpu", "cuda")
+"""What a run may need: any machine, or an NVIDIA GPU with a CUDA build of torch."""
+
+MEMORY_UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}
+GPU_MEMORY = r"(\d+(?:\.\d+)?) ?(" + "|".join(MEMORY_UNITS) + ")"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """How `infralens check` runs the starter."""
@@ -148,6 +155,21 @@ class RunSpec:
     artifacts: tuple[str, ...] = declared(
         ListOf(ARTIFACT, "Files the run writes into its working folder (regular files, not symlinks, of at most 8 MiB); the lab page shows them (SVG and PNG as figures)."), default=()
     )
+    device: str = declared(
+        Choice(DEVICES, "What the run needs: cpu (any machine) or cuda (an NVIDIA GPU and a CUDA build of torch). Where it is missing, check reports the run skipped, never passed."),
+        default="cpu",
+    )
+    gpu_memory: str | None = declared(
+        Text("Least memory the GPU must have, such as '40 GiB' or '24 GB' (cuda runs only).", pattern=GPU_MEMORY, pattern_hint="a size such as '40 GiB' or '24 GB'")
+    )
+
+    @property
+    def gpu_bytes(self) -> int:
+        """The least GPU memory the run needs, in bytes (0: any)."""
+        if self.gpu_memory is None:
+            return 0
+        number, unit = re.fullmatch(GPU_MEMORY, self.gpu_memory).groups()  # type: ignore[union-attr]
+        return round(float(number) * MEMORY_UNITS[unit])
 
 
 @dataclass(frozen=True)
@@ -189,15 +211,26 @@ class StateSpec(Spec):
 
 
 def _starter(f: Fields, ctx: Context) -> dict:
-    """A .py or .md starter runs unless it says `run: false`; other files only with a reason to refuse."""
+    """A .py or .md starter runs unless it says `run: false`; other files only with a reason to
+    refuse. A list of runs runs it once per device, each device once."""
     path, run = f.values["path"], f.values["run"]
     if "run" not in f.nodes:
-        run = RunSpec() if path.endswith(RUNNABLE_SUFFIXES) else None
+        runs: tuple[RunSpec, ...] = (RunSpec(),) if path.endswith(RUNNABLE_SUFFIXES) else ()
     elif run is False:
-        run = None
+        runs = ()
     elif not path.endswith(RUNNABLE_SUFFIXES):
         return ctx.error(f.nodes["run"], f"only .py and .md starters can run, not {path!r}")
-    return {"run": run, "mark": f.marks["path"]}
+    else:
+        runs = run if isinstance(run, tuple) else (run,)
+        items = f.nodes["run"].value if isinstance(run, tuple) else [f.nodes["run"]]
+        seen: set[str] = set()
+        for spec, node in zip(runs, items):
+            if spec.device in seen:
+                return ctx.error(node, f"a second run on {spec.device}: a starter runs once per device (give each run its own device)")
+            seen.add(spec.device)
+            if spec.gpu_memory is not None and spec.device != "cuda":
+                return ctx.error(node, "gpu_memory is for a run on cuda; add `device: cuda` or remove it")
+    return {"run": runs[0] if runs else None, "runs": runs, "mark": f.marks["path"]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,8 +243,9 @@ class Starter:
         Either(
             scalar=Literal(False, "Never run this starter."),
             mapping=record(RunSpec, "run"),
-            expected="a run mapping or false",
-            doc=".py and .md starters run with no arguments unless this says otherwise; false never runs it.",
+            sequence=ListOf(record(RunSpec, "run"), min_items=1),
+            expected="a run mapping, a list of them (one per device) or false",
+            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; a list runs it once per device, each with its own arguments and expect patterns; false never runs it.",
         ),
         indexed=False,
     )
@@ -219,6 +253,7 @@ class Starter:
         "The execution state `check` records for the lines of the page's excerpt (on by default for the "
         "previewed starter): false records and shows none; a list of names shows only those variables."
     ), indexed=False)
+    runs: tuple[RunSpec, ...] = derived("Every run of the starter, one per device; `run` is the first (none: it never runs).")
     mark: Mark = derived("Where the manifest declares the starter's path.")
 
 
@@ -1078,7 +1113,7 @@ class RunResult:
     lab: str
     starter: str
     status: str
-    """'passed', 'failed' or 'timeout'."""
+    """'passed', 'failed', 'timeout', or 'skipped' (the machine lacks the device the run needs)."""
     seconds: float
     returncode: int | None
     stdout: str
@@ -1100,12 +1135,36 @@ class RunResult:
     """The digest of the calculators' request the parity probe answered (see calculators.py)."""
     answers: str = ""
     """The probe's answers (JSON), when the run passed and the lab has calculators mirroring it."""
+    device: str = "cpu"
+    """The device the run is for (its run spec's); one starter has a result per device."""
+    hardware: str = ""
+    """What it ran on (see devices.py): CPU model, or GPU, memory, driver and CUDA; torch, Python."""
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
+    @property
+    def skipped(self) -> bool:
+        return self.status == "skipped"
+
+    @property
+    def name(self) -> str:
+        return run_name(self.starter, self.device)
+
     def tail(self, lines: int = 20) -> str:
         """The last lines of stdout, then of stderr: what usually says why a run failed."""
         parts = [text.rstrip("\n").split("\n")[-lines:] for text in (self.stdout, self.stderr) if text.strip()]
         return "\n".join(line for part in parts for line in part)
+
+
+def first_runs(starters: tuple[Starter, ...], every_run: dict[tuple[str, str], RunResult]) -> dict[str, RunResult]:
+    """Each starter's result of its first run, by path, from the results of every run by (path,
+    device): the run a lab's figures, state, calculators, questions and status come from. A run on
+    another device reports only its own result."""
+    return {s.path: every_run[s.path, s.run.device] for s in starters if s.run is not None and (s.path, s.run.device) in every_run}
+
+
+def run_name(starter: str, device: str) -> str:
+    """One run of a starter in a line of text: its path, and its device when it is not the CPU."""
+    return starter if device == "cpu" else f"{starter} [{device}]"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from infralens.errors import Mark, Problems
-from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track, answering_starter, mirrored_starter, question_id
+from infralens.models import DEFAULT_KIND_LINE, TRACE_KIND_LINE, Intuition, KeyBlockSpec, Lab, Site, Starter, Track, answering_starter, mirrored_starter, question_id, run_name
 from infralens.schema import INVALID, Context, Fields, Record, compose, did_you_mean, record
 
 
@@ -69,6 +69,13 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
         if starter.path in paths:
             ctx.problems.add(starter.mark, f"duplicate starter {starter.path!r}")
         paths[starter.path] = starter
+    written: dict[str, str] = {}
+    for starter in lab.starters:
+        for run in starter.runs:
+            for name in run.artifacts:
+                if name in written:
+                    ctx.problems.add(starter.mark, f"artifact {name!r} of {run_name(starter.path, run.device)} is also written by {written[name]}; the lab page publishes one file of that name, so give each run its own")
+                written.setdefault(name, run_name(starter.path, run.device))
     for step in lab.steps:
         if step.starter not in paths:
             listed = ", ".join(repr(p) for p in paths)

@@ -18,7 +18,7 @@ from markupsafe import Markup
 from infralens.errors import InputError, Mark, Problem
 from infralens.markdown import parser
 from infralens.urls import artifact_url, href, lab_url, practice_url, source_url
-from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter
+from infralens.models import KINDS, KeyBlock, Lab, ResolvedLab, RunResult, Site, SourceFile, Starter, first_runs
 from infralens.resolve import traced_spans
 from infralens.state import STATE_FILE, PageState, block_table, page_state, state_script
 from infralens.notebooks import has_notebook, notebook, notebook_path
@@ -182,10 +182,12 @@ class Renderer:
         """Render the index: every lab by track, with its run status, and the handbook map."""
         return self.template("index.html", site=site, labs=labs, runs=runs, root="")
 
-    def render_lab_pages(self, site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile], runs: dict[str, RunResult], nav) -> list[Page]:
-        """Render a lab's page and the source view of each of its starters."""
+    def render_lab_pages(self, site: Site, resolved: ResolvedLab, sources: dict[str, SourceFile], every_run: dict[tuple[str, str], RunResult], nav) -> list[Page]:
+        """Render a lab's page and the source view of each of its starters, from the stored result
+        of each run of its starters, by (path, device)."""
         lab = resolved.lab
         excerpt = resolved.excerpt
+        runs = first_runs(lab.starters, every_run)
         state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
         checked, problems = check_lab_calculators(lab, runs)
         if problems:  # a calculator that disagrees with its starter's checked values is not published
@@ -195,7 +197,7 @@ class Renderer:
         if problems:  # a question whose answer the checked run does not print cannot be shown
             raise InputError(problems)
         folder = PurePosixPath(lab_url(lab.id)).parent
-        pages = [self.render_lab(site, resolved, runs, nav, state, calculators)]
+        pages = [self.render_lab(site, resolved, every_run, nav, state, calculators)]
         if answered:
             pages.append(self.render_practice(site, resolved, nav, answered))
         if state is not None:
@@ -214,8 +216,10 @@ class Renderer:
                 pages.append(Page(notebook_path(starter.path), book))
         return pages
 
-    def render_lab(self, site: Site, resolved: ResolvedLab, runs: dict[str, RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()) -> Page:
-        """Render one lab page with its eleven sections in order."""
+    def render_lab(
+        self, site: Site, resolved: ResolvedLab, every_run: dict[tuple[str, str], RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()
+    ) -> Page:
+        """Render one lab page with its eleven sections in order, and each run's result by (path, device)."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
         sections = lab.sections()
@@ -224,7 +228,8 @@ class Renderer:
             site=site,
             lab=lab,
             excerpt=excerpt,
-            runs=runs,
+            runs=first_runs(lab.starters, every_run),
+            every_run=every_run,
             parts=tuple(
                 (part, code_rows(part.lines, tuple((b, f"#kb-{b.slug}") for b in excerpt.key_blocks if b.part == at), state if part.starter == excerpt.starter else None))
                 for at, part in enumerate(excerpt.parts)

@@ -1,8 +1,9 @@
 """Run results kept between runs: a starter is re-run only when something it depends on changed.
 
 A result is stored under `<cache>/runs/<key>/` (result.json plus the run's artifacts; the cache
-folder is the workspace's), where the key hashes everything the run depends on: the files of the starter's folder, its run spec, the
-Python and PyTorch versions, and the tracer that records its execution state. `check` reads a stored result instead of running again; `build` reads
+folder is the workspace's), where the key hashes everything the run depends on: the files of the
+starter's folder, its run spec (a starter has one per device), the Python and PyTorch releases,
+and the tracer that records its execution state. `check` reads a stored result instead of running again; `build` reads
 the result of each starter's current version to show on its page.
 """
 
@@ -19,10 +20,10 @@ from importlib import metadata
 from pathlib import Path
 
 from infralens.errors import Mark
-from infralens.models import RunResult, Starter
+from infralens.models import RunResult, RunSpec, Starter
 from infralens.workspace import atomic_write
 
-_FORMAT = "infralens-run-2"
+_FORMAT = "infralens-run-3"
 
 
 @lru_cache(maxsize=None)
@@ -53,11 +54,12 @@ def folder_stamp(root: Path, starter: Starter) -> tuple:
     return tuple(stamps)
 
 
-def run_key(root: Path, starter: Starter) -> str:
-    """Hash what a starter's run depends on: its folder's files, its run spec, Python and torch."""
+def run_key(root: Path, starter: Starter, run: RunSpec | None = None) -> str:
+    """Hash what one run of a starter (its first, by default) depends on: its folder's files, its
+    run spec (device included), the recorders, Python and the torch and numpy releases."""
     digest = hashlib.sha256()
     folder = (root / starter.path).parent
-    parts = [_FORMAT, recorders_digest(), starter.path, repr(starter.run), sys.version, installed_version("torch"), installed_version("numpy")]
+    parts = [run_environment(), starter.path, repr(run or starter.run)]
     for part in parts:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
@@ -66,12 +68,21 @@ def run_key(root: Path, starter: Starter) -> str:
     return digest.hexdigest()[:24]
 
 
+def release(version: str) -> str:
+    """A version without its local build tag: '2.13.0+cpu' and '2.13.0+cu128' are one release."""
+    return version.split("+", 1)[0]
+
+
 @lru_cache(maxsize=None)
 def run_environment() -> str:
     """Hash what every run key depends on besides the starter (see run_key): the store's format, the
-    recorders, Python, torch and numpy. A build remembers a starter's key while its folder is
-    unchanged, and only while this is the same."""
-    parts = [_FORMAT, recorders_digest(), sys.version, installed_version("torch"), installed_version("numpy")]
+    recorders, Python's major.minor and the torch and numpy releases.
+
+    Not the build tags, compilers or Python's patch level: a GPU runner's torch 2.13.0+cu128 and a
+    CPU job's 2.13.0+cpu compute a CPU run alike, and results must keep their keys on the machine
+    that merges them (see merge_results). The exact versions are in each result's hardware line.
+    """
+    parts = [_FORMAT, recorders_digest(), "Python %d.%d" % sys.version_info[:2], release(installed_version("torch")), release(installed_version("numpy"))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -164,13 +175,14 @@ def merge_results(store: ResultStore, folders: list[Path], current: dict[str, st
     """Take the records of other checks' results folders into the store: (merged, refused,
     conflicts), one line each.
 
-    `current` maps each runnable starter to its run key now. A record whose key is not its
-    starter's current key is refused: it was run on another version of the starter (or another
-    Python, torch, tracer). Two records of one key that disagree on the status are a conflict; the
-    later one (by when it finished) is kept either way, as a single machine would keep its last run.
+    `current` maps each run key of the site now to its starter. A record whose key is not current
+    is refused: it was run on another version of the starter (or another Python, torch, tracer).
+    A run that was skipped (its machine lacked the device) never replaces a run that happened, and
+    a run that happened always replaces a skipped one: a CPU shard's "skipped" and a GPU job's
+    "passed" of one cuda run are not a conflict. Two runs of one key that disagree on the status
+    are; the later one (by when it finished) is kept, as a single machine keeps its last run.
     """
     merged, refused, conflicts = [], [], []
-    wanted = {key: starter for starter, key in current.items()}
     for folder in folders:
         runs = folder / "runs"
         for slot in sorted(runs.iterdir()) if runs.is_dir() else []:
@@ -178,18 +190,18 @@ def merge_results(store: ResultStore, folders: list[Path], current: dict[str, st
             if result is None:
                 refused.append(f"{slot}: not a stored result")
                 continue
-            if wanted.get(slot.name) != result.starter:
-                why = "no such starter in this site" if result.starter not in current else "its starter, or what the run depends on, changed since"
-                refused.append(f"{slot}: {result.starter}: stale ({why})")
+            if current.get(slot.name) != result.starter:
+                why = "no such starter in this site" if result.starter not in current.values() else "its starter, or what the run depends on, changed since"
+                refused.append(f"{slot}: {result.name}: stale ({why}; it ran with {result.hardware or 'an unknown machine'})")
                 continue
             there = store.load(slot.name)
-            if there is not None and there.status != result.status:
-                conflicts.append(f"{result.starter}: {there.status} in the store ({there.finished}), {result.status} in {folder} ({result.finished})")
-            if there is not None and there.finished >= result.finished:
-                continue
+            if there is not None and not there.skipped and not result.skipped and there.status != result.status:
+                conflicts.append(f"{result.name}: {there.status} in the store ({there.finished}), {result.status} in {folder} ({result.finished})")
+            if there is not None and (result.skipped, there.finished) >= (there.skipped, result.finished):
+                continue  # what is stored happened (and the record was skipped), or is as new
             target = store.slot(slot.name)
             store.folder.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(slot, target)
-            merged.append(f"{result.starter}: {result.status} ({result.finished})")
+            merged.append(f"{result.name}: {result.status} ({result.finished})")
     return merged, refused, conflicts

@@ -25,9 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from infralens.claims import figure_line, unbacked_figures
+from infralens.devices import Machine, detect_machine, device_files
 from infralens.markdown import python_blocks
 from infralens.errors import Mark, Problem
-from infralens.models import Excerpt, KeyBlock, Lab, RunResult, Starter
+from infralens.models import Excerpt, KeyBlock, Lab, RunResult, RunSpec, Starter, first_runs
 from infralens.results import ResultStore, run_key
 from infralens.sandbox import Sandbox
 
@@ -45,14 +46,16 @@ PROBE = Path(__file__).with_name("probe.py")
 
 Spans = tuple[tuple[int, int], ...]
 
-# Environment variables a starter may see; everything else (tokens, CUDA_VISIBLE_DEVICES, the
-# caller's PYTHONPATH) is left out so a run depends only on the file and its arguments.
+# Environment variables a starter may see; everything else (tokens, the caller's PYTHONPATH) is
+# left out so a run depends only on the file and its arguments. A run on a GPU also sees which
+# GPUs the caller chose for it.
 _KEPT_ENV = ("PATH", "SYSTEMROOT", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+_DEVICE_ENV = {"cpu": (), "cuda": ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
 
 
-def clean_env(home: str) -> dict[str, str]:
-    """Return the small, fixed environment starters run with."""
-    env = {key: os.environ[key] for key in _KEPT_ENV if key in os.environ}
+def clean_env(home: str, device: str = "cpu") -> dict[str, str]:
+    """Return the small, fixed environment starters run with (on `device`)."""
+    env = {key: os.environ[key] for key in (*_KEPT_ENV, *_DEVICE_ENV[device]) if key in os.environ}
     env.update(
         HOME=home,
         LANG="C.UTF-8",
@@ -219,15 +222,17 @@ class Execution:
     seconds: float
 
 
-def execute(command: list[str], scratch: str, side: str, timeout: float, running: Running | None, sandbox: Sandbox | None) -> Execution:
+def execute(
+    command: list[str], scratch: str, side: str, timeout: float, running: Running | None, sandbox: Sandbox | None, device: str = "cpu"
+) -> Execution:
     """Run a starter's command in `scratch` under the supervisor (inside the sandbox, if any), at
-    most `timeout` seconds, and return how it ended with what it printed."""
+    most `timeout` seconds, with what `device` needs, and return how it ended with what it printed."""
     if sandbox is not None:
-        command = sandbox.wrap(command, scratch, str(Path(side, "tmp")))
+        command = sandbox.wrap(command, scratch, str(Path(side, "tmp")), devices=device_files(device))
     started = time.perf_counter()
     options = dict(
         cwd=scratch,
-        env=clean_env(scratch),
+        env=clean_env(scratch, device),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -255,14 +260,24 @@ def execute(command: list[str], scratch: str, side: str, timeout: float, running
 
 
 def run_starter(
-    lab: Lab, starter: Starter, root: Path, keep: Path | None = None, running: Running | None = None, sandbox: Sandbox | None = None, spans: Spans = ()
+    lab: Lab,
+    starter: Starter,
+    root: Path,
+    keep: Path | None = None,
+    running: Running | None = None,
+    sandbox: Sandbox | None = None,
+    spans: Spans = (),
+    run: RunSpec | None = None,
+    machine: Machine | None = None,
 ) -> RunResult:
-    """Run one starter and say whether it passed: exit 0 within the timeout, every expect found,
-    every declared artifact written. Artifacts are copied into `keep` when it is given; with a
-    sandbox, the starter runs inside it (see sandbox.py). With `spans`, a starter that passed runs
-    once more under the tracer, which records the execution state of those lines (see `record_state`).
+    """Run one starter (its `run`, the first by default) and say whether it passed: exit 0 within
+    the timeout, every expect found, every declared artifact written. Artifacts are copied into
+    `keep` when it is given; with a sandbox, the starter runs inside it (see sandbox.py). With
+    `spans`, a starter that passed runs once more under the tracer, which records the execution
+    state of those lines (see `record_state`). The result names what `machine` it ran on.
     """
-    assert starter.run is not None
+    spec = run or starter.run
+    assert spec is not None
     source = (root / starter.path).resolve()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
     # blocks goes in a folder beside it, with the TMPDIR a sandbox gives it.
@@ -271,27 +286,27 @@ def run_starter(
         if source.suffix == ".md":
             blocks = Path(side, "blocks.json")
             blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
-            command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *starter.run.args]
+            command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *spec.args]
         else:
-            command = [sys.executable, str(source), *starter.run.args]
-        run = execute(command, scratch, side, starter.run.timeout, running, sandbox)
-        refused = {name: why for name in starter.run.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
-        written = tuple(name for name in starter.run.artifacts if name not in refused and Path(scratch, name).exists())
+            command = [sys.executable, str(source), *spec.args]
+        run = execute(command, scratch, side, spec.timeout, running, sandbox, spec.device)
+        refused = {name: why for name in spec.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
+        written = tuple(name for name in spec.artifacts if name not in refused and Path(scratch, name).exists())
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
     stdout, stderr, seconds, timed_out = run.stdout, run.stderr, run.seconds, run.returncode is None
     text = stdout.text()
     if timed_out:
-        status, reason = "timeout", f"killed after {starter.run.timeout:g} s timeout"
+        status, reason = "timeout", f"killed after {spec.timeout:g} s timeout"
     elif run.returncode != 0:
         status, reason = "failed", f"exited with status {run.returncode}"
     else:
         missing, slow = [], []
-        for pattern in starter.run.expect:
+        for pattern in spec.expect:
             found = expect_found(pattern, text)
             (slow if found is None else missing if not found else []).append(pattern)
-        unwritten = [name for name in starter.run.artifacts if name not in written and name not in refused]
+        unwritten = [name for name in spec.artifacts if name not in written and name not in refused]
         if refused:
             name, why = next(iter(refused.items()))
             status, reason = "failed", f"artifact {name!r} {why}"
@@ -317,6 +332,26 @@ def run_starter(
         artifacts=written,
         traced=spans,
         state=record_state(source, starter, spans, running, sandbox) if spans and status == "passed" else "",
+        device=spec.device,
+        hardware=(machine or detect_machine()).hardware(spec.device),
+    )
+
+
+def skipped(lab: Lab, starter: Starter, run: RunSpec, why: str, machine: Machine) -> RunResult:
+    """The result of a run this machine cannot make: it lacks the device the run needs."""
+    return RunResult(
+        lab=lab.id,
+        starter=starter.path,
+        status="skipped",
+        seconds=0.0,
+        returncode=None,
+        stdout="",
+        stderr="",
+        reason=why,
+        mark=starter.mark,
+        finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        device=run.device,
+        hardware=machine.hardware(run.device),
     )
 
 
@@ -448,34 +483,59 @@ KEPT_OUTPUT = 1 << 20
 
 
 def run_or_recall(
-    lab: Lab, starter: Starter, root: Path, store: ResultStore | None, use_cache: bool, running: Running | None = None, sandbox: Sandbox | None = None, spans: Spans = ()
+    lab: Lab,
+    starter: Starter,
+    root: Path,
+    store: ResultStore | None,
+    use_cache: bool,
+    running: Running | None = None,
+    sandbox: Sandbox | None = None,
+    spans: Spans = (),
+    run: RunSpec | None = None,
+    machine: Machine | None = None,
 ) -> RunResult:
-    """Return the stored result of this exact version of the starter, or run it and store the result.
+    """Return the stored result of this exact version of the starter's run (its first, by
+    default), or run it and store the result; skip it when `machine` lacks its device.
 
     A stored result counts only if it recorded the state of the same lines the page now shows.
     When the lab's calculators mirror the starter, a passed result carries the parity probe's
-    answers to their current request: a stored one without them is probed, not run again.
+    answers to their current request: a stored one without them is probed, not run again. A stored
+    "skipped" is never a result to reuse: whether this machine can make the run is asked each time,
+    and a skipped run is stored only where no run of that version ever happened, so the page can
+    say why there is none.
     """
     from infralens.calculators import probe_digest, starter_probe
 
+    spec = run or starter.run
+    assert spec is not None
+    machine = machine or detect_machine()
+    missing = machine.missing(spec)
     if store is None:
-        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans), lab, root, starter, running, sandbox)
-    key = run_key(root, starter)
-    if use_cache:
-        stored = store.load(key)
-        if stored is not None and stored.traced == spans:
-            # The manifest may have moved since; point failures at where the starter is declared now.
-            result = replace(stored, lab=lab.id, mark=starter.mark, cached=True)
-            request = starter_probe(lab, starter.path, stored.stdout)
-            if stored.passed and request is not None and stored.probed != probe_digest(request):
-                result = probed(result, lab, root, starter, running, sandbox)
-                if running is None or not running.stopping:
-                    store.update(key, result)
-            return result
+        if missing is not None:
+            return skipped(lab, starter, spec, missing, machine)
+        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine), lab, root, starter, running, sandbox)
+    key = run_key(root, starter, spec)
+    stored = store.load(key)
+    happened = stored if stored is not None and not stored.skipped else None
+    if use_cache and happened is not None and happened.traced == spans:
+        # The manifest may have moved since; point failures at where the starter is declared now.
+        result = replace(happened, lab=lab.id, mark=starter.mark, cached=True)
+        request = starter_probe(lab, starter.path, happened.stdout) if spec is starter.run else None
+        if happened.passed and request is not None and happened.probed != probe_digest(request):
+            result = probed(result, lab, root, starter, running, sandbox)
+            if running is None or not running.stopping:
+                store.update(key, result)
+        return result
+    if missing is not None:
+        result = skipped(lab, starter, spec, missing, machine)
+        if happened is None:
+            store.save(key, result, store.staging(key))
+        return result
     staging = store.staging(key)
     try:
-        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans)
-        result = probed(result, lab, root, starter, running, sandbox)
+        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine)
+        if spec is starter.run:
+            result = probed(result, lab, root, starter, running, sandbox)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -563,29 +623,36 @@ def runnable(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter]]:
     return [(lab, starter) for lab in labs for starter in lab.starters if starter.run is not None]
 
 
+def runs_of(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter, RunSpec]]:
+    """List every run of every starter, one per device, in lab order."""
+    return [(lab, starter, run) for lab in labs for starter in lab.starters for run in starter.runs]
+
+
 def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
     """Fail the lab's last run when its page states a figure that none of its runs printed and no
     line of its excerpt was recorded holding."""
     from infralens.state import recorded_text
 
-    if not results:
+    made = [index for index, result in enumerate(results) if not result.skipped]
+    if not made:
         return results
     output = "\n".join([*(result.stdout for result in results), *(recorded_text(result.state) for result in results)])
     missing = unbacked_figures(lab, output)
-    if not missing or not results[-1].passed:
+    last = made[-1]
+    if not missing or not results[last].passed:
         return results
     line, col = figure_line(manifest_text, missing[0])
     more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
     reason = f"the page states {missing[0]} but no starter of the lab prints it or records it on a line{more}"
-    failed = replace(results[-1], status="failed", reason=reason, mark=Mark(lab.path, line, col))
-    return [*results[:-1], failed]
+    failed = replace(results[last], status="failed", reason=reason, mark=Mark(lab.path, line, col))
+    return [*results[:last], failed, *results[last + 1 :]]
 
 
 def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
     """Fail a mirrored starter's run when a calculator of the lab disagrees with its probe's answers."""
     from infralens.calculators import calculator_problems
 
-    return failed_by(results, calculator_problems(lab, {result.starter: result for result in results}))
+    return failed_by(results, calculator_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results})), lab)
 
 
 def check_questions(lab: Lab, results: list[RunResult], blocks: tuple[KeyBlock, ...]) -> list[RunResult]:
@@ -593,15 +660,17 @@ def check_questions(lab: Lab, results: list[RunResult], blocks: tuple[KeyBlock, 
     have recorded is missing: its page could not give that answer."""
     from infralens.questions import question_problems
 
-    return failed_by(results, question_problems(lab, {result.starter: result for result in results}, blocks))
+    return failed_by(results, question_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results}), blocks), lab)
 
 
-def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]]) -> list[RunResult]:
-    """Fail each passed run that has problems, at the first of them, saying how many more there are."""
+def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]], lab: Lab) -> list[RunResult]:
+    """Fail each starter's first run that passed and has problems, at the first of them, saying how
+    many more there are."""
     checked = []
+    first = set(map(id, first_runs(lab.starters, {(r.starter, r.device): r for r in results}).values()))
     for result in results:
         problems = sorted(by_starter.get(result.starter, []), key=lambda p: p.mark)
-        if problems and result.passed:
+        if problems and result.passed and id(result) in first:
             more = f"; and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''} (infralens build lists them)" if len(problems) > 1 else ""
             result = replace(result, status="failed", reason=problems[0].message + more, mark=problems[0].mark)
         checked.append(result)
@@ -641,15 +710,21 @@ def run_labs(
     sandbox: Sandbox | None = None,
     reaper: bool = False,
     state: bool = True,
+    machine: Machine | None = None,
+    device: str | None = None,
 ) -> list[RunResult]:
-    """Run every starter of the labs on `jobs` workers, then check each lab's stated figures.
+    """Run every starter of the labs on `jobs` workers, once per device it declares, then check
+    each lab's stated figures. A run whose device `machine` (this one, by default) lacks is
+    skipped. With `device`, only the runs on that device are made, and the lab-wide checks
+    (figures, calculators, questions), which read every starter's first run, are left out.
 
     With a store, a starter whose exact version already has a result is not run again (unless
     `use_cache` is off), and every fresh result is stored. Results come back in lab order;
     `on_result` sees each one as soon as its lab is complete. Without `state`, no starter is run
     again under the tracer (and a stored result counts only if it recorded no state either).
     """
-    pairs = runnable(labs)
+    every = [(lab, starter, run) for lab, starter, run in runs_of(labs) if device in (None, run.device)]
+    machine = machine or detect_machine()
     from infralens.resolve import traced_spans
 
     excerpts = {lab.id: lab_excerpt(lab, root) for lab in labs}
@@ -666,17 +741,19 @@ def run_labs(
         threading.Thread(target=sweep, daemon=True).start()
     try:
         futures = {
-            (lab.id, starter.path): pool.submit(
-                run_or_recall, lab, starter, root, store, use_cache, running, sandbox, spans[lab.id] if starter.path == lab.previewed else ()
+            (lab.id, starter.path, run.device): pool.submit(
+                run_or_recall, lab, starter, root, store, use_cache, running, sandbox,
+                spans[lab.id] if starter.path == lab.previewed and run is starter.run else (), run, machine,
             )
-            for lab, starter in pairs
+            for lab, starter, run in every
         }
         results: list[RunResult] = []
         for lab in labs:
-            runs = [future.result() for (lab_id, _), future in futures.items() if lab_id == lab.id]
-            runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
-            runs = check_calculators(lab, runs)
-            runs = check_questions(lab, runs, excerpts[lab.id].key_blocks if excerpts[lab.id] else ())
+            runs = [future.result() for (lab_id, _, _), future in futures.items() if lab_id == lab.id]
+            if device is None:
+                runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
+                runs = check_calculators(lab, runs)
+                runs = check_questions(lab, runs, excerpts[lab.id].key_blocks if excerpts[lab.id] else ())
             for result in runs:
                 if on_result:
                     on_result(result)

@@ -30,13 +30,14 @@ class Sandbox:
 
     bwrap: str
 
-    def wrap(self, command: list[str], scratch: str, temporary: str) -> list[str]:
+    def wrap(self, command: list[str], scratch: str, temporary: str, devices: tuple[str, ...] = ()) -> list[str]:
         """Return `command` run inside the sandbox: `scratch` (its working folder) and `temporary`
-        (its TMPDIR) are the only folders it can write."""
+        (its TMPDIR) are the only folders it can write; `devices` (a GPU's, under /dev) it can use."""
         return [
             self.bwrap,
             "--ro-bind", "/", "/",
             "--dev", "/dev",
+            *(option for path in devices for option in ("--dev-bind-try", path, path)),
             "--proc", "/proc",
             "--bind", scratch, scratch,
             "--bind", temporary, temporary,

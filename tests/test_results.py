@@ -130,8 +130,8 @@ def test_a_remembered_run_key_is_hashed_again_when_what_every_key_depends_on_cha
     manifest = next((sample_site / "labs").glob("*.yml"))
     starter = next(s for s in parse_lab(f"labs/{manifest.name}", manifest.stem, manifest.read_text()).starters if s.run)
     session = Session()
-    first = session.run_key(ws, starter)
-    assert session.run_key(ws, starter) == first
+    first = session.run_key(ws, starter, starter.run)
+    assert session.run_key(ws, starter, starter.run) == first
     monkeypatch.setattr(results, "recorders_digest", lambda: "a new tracer")
     monkeypatch.setattr(results, "run_environment", lambda: "a new tracer")
-    assert session.run_key(ws, starter) == results.run_key(ws.root, starter) != first
+    assert session.run_key(ws, starter, starter.run) == results.run_key(ws.root, starter) != first

@@ -114,7 +114,7 @@ def test_a_record_of_another_version_is_refused_and_a_disagreement_reported(samp
     starter.write_text(starter.read_text() + "\n# changed after the shard ran\n")
     result = run_infralens("results", "merge", str(tmp_path / "old"), cwd=sample_site, env={"INFRALENS_CACHE_DIR": str(tmp_path / "fresh")})
     assert result.returncode == 1
-    assert "refused: " in result.stderr and "code/lab-01-sample/kv.py: stale (its starter, or what the run depends on, changed since)" in result.stderr
+    assert "refused: " in result.stderr and "code/lab-01-sample/kv.py: stale (its starter, or what the run depends on, changed since; it ran with CPU " in result.stderr
     assert result.stdout.endswith("1 merged, 1 refused, 0 conflicting\n")  # the unchanged lab's record still comes in
 
 
