@@ -206,6 +206,9 @@ def test_a_cuda_starter_is_skipped_here_in_the_table_json_junit_and_page(sample_
     assert "Run on cuda (8 GiB or more): <code>python code/lab-01-sample/gpu.py</code>" in page
     assert "Last run on cuda: <strong>skipped</strong> on <time" in page and "(needs cuda: " in page
     assert "1 skipped (needs cuda: " in page and "Last run on cuda: <strong>passed" not in page
+    only = run_infralens("check", "--device", "cuda", cwd=sample_site, env=env)  # a GPU runner's job: only the cuda runs
+    assert only.returncode == 0 and [line.split()[1] for line in only.stdout.splitlines()[:-1]] == ["code/lab-01-sample/gpu.py"]
+    assert only.stdout.endswith("0 passed, 0 failed, 1 skipped\n")
 
 
 @pytest.mark.cli

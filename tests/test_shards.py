@@ -130,7 +130,14 @@ def test_the_example_workflow_checks_every_shard_and_merges_them() -> None:
     assert check["strategy"]["matrix"]["shard"] == list(range(1, count + 1))
     runs = [step["run"] for step in check["steps"] if "run" in step]
     assert "infralens check --shard ${{ matrix.shard }}/${{ env.SHARDS }} --results-dir results-${{ matrix.shard }}" in runs
+    gpu = workflow["jobs"]["gpu"]
+    assert gpu["if"] == "vars.GPU_RUNNER != ''" and gpu["runs-on"] == "${{ vars.GPU_RUNNER }}"
+    assert "infralens check --device cuda --results-dir results-gpu" in [step["run"] for step in gpu["steps"] if "run" in step]
+    uploaded = [step["with"]["name"] for job in (check, gpu) for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploaded == ["results-${{ matrix.shard }}", "results-gpu"]  # both match the site job's results-* pattern
     site = workflow["jobs"]["site"]
-    assert site["needs"] == "check"
+    assert site["needs"] == ["check", "gpu"] and site["if"] == "always()"  # a skipped gpu job does not stop the site
+    downloads = [step["with"]["pattern"] for step in site["steps"] if step.get("uses", "").startswith("actions/download-artifact")]
+    assert downloads == ["results-*"]
     commands = [step["run"] for step in site["steps"] if "run" in step]
     assert commands.index("infralens results merge shards/*") < commands.index("infralens build")
