@@ -18,17 +18,27 @@ GPU ceilings, from NVIDIA's own documents (the tests below name the one each fig
 - CUDA Hopper tuning guide, "Unified Shared Memory/L1/Texture Cache": "The NVIDIA H100 GPU supports
   shared memory capacities of 0, 8, 16, 32, 64, 100, 132, 164, 196 and 228 KB per SM." CUDA's KB
   are 1,024 bytes: a device with 228 KB per SM reports sharedMemPerMultiprocessor = 233,472.
+
+The optional `--device cuda` run is checked as far as a machine without a GPU allows: the refusal
+(exit status 2, one line on stderr), and its measurements run on CPU tensors with a stopwatch that
+reports fixed seconds, so each rate must come out as exactly FLOPs (or bytes) over those seconds.
+The default run is run for real and must still print every line the lab's manifest looks for.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import subprocess
+import sys
 import weakref
 import xml.etree.ElementTree as ET
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
@@ -38,6 +48,7 @@ from conftest import REPO, load_starter
 pytestmark = pytest.mark.starters
 
 STARTER = REPO / "code/lab-02-roofline/roofline.py"
+MANIFEST = REPO / "labs/lab-02-roofline.yml"
 roofline = load_starter(STARTER)
 
 
@@ -303,3 +314,195 @@ def test_the_bound_and_share_of_the_peak_on_either_side_of_the_a100_ridge(intens
     assert a100.ridge == pytest.approx(153.016, abs=1e-3)
     assert roofline.memory_bound(a100, intensity) is bound
     assert roofline.efficiency(a100, intensity) == pytest.approx(share, rel=1e-12)
+
+
+# --- The optional CUDA run, as far as this machine can check it ---
+
+
+def run_starter(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(STARTER), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+class FixedStopwatch:
+    """Calls each function once, keeps what it returned, and says the call took `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.results: list = []
+
+    def __call__(self, fn) -> float:
+        self.results.append(fn())
+        return self.seconds
+
+
+def test_the_parser_takes_a_device_and_defaults_to_the_cpu() -> None:
+    assert roofline.parse_args([]).device == "cpu"
+    args = roofline.parse_args(["--device", "cuda"])
+    assert (args.device, args.cuda_peak_sizes, args.cuda_copy_mb, args.cuda_svg) == (
+        "cuda", [2048, 4096, 8192], 1024, Path("cuda_roofline.svg"))
+    with pytest.raises(SystemExit) as refused:
+        roofline.parse_args(["--device", "tpu"])
+    assert refused.value.code == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the CUDA run is tested below")
+def test_device_cuda_without_a_gpu_exits_2_with_one_line_and_no_report(tmp_path: Path) -> None:
+    result = run_starter(tmp_path, "--device", "cuda")
+    found = "built without CUDA" if torch.version.cuda is None else "no GPU visible"
+    assert result.returncode == 2
+    assert result.stderr == ("roofline.py: --device cuda needs a CUDA GPU and a CUDA build of "
+                             f"torch (this torch: {torch.__version__}, {found})\n")
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_timed_reads_the_clock_only_around_synced_runs_and_keeps_the_best_per_call() -> None:
+    events, now = [], [0.0]
+    waits = iter([7.0, 3.0, 2.0, 5.0])  # how long each sync waits: the warm-up's, then three runs
+
+    def sync() -> None:
+        events.append("sync")
+        now[0] += next(waits)
+
+    def clock() -> float:
+        events.append("clock")
+        return now[0]
+
+    seconds = roofline.timed(lambda: events.append("call"), repeats=3, sync=sync, calls=4,
+                             clock=clock)
+    assert seconds == 2.0 / 4  # the best run, per call; the warm-up's 7 s never counts
+    run = ["clock", "call", "call", "call", "call", "sync", "clock"]
+    assert events == ["call", "sync"] + run * 3
+
+
+def test_device_matmul_rates_are_flops_over_seconds() -> None:
+    watch = FixedStopwatch(0.5)
+    rates = roofline.device_matmul_gflops([8, 16, 32], "cpu", torch.bfloat16, watch)
+    assert rates == {n: 2 * n**3 / 0.5 / 1e9 for n in (8, 16, 32)}
+    assert [(r.shape, r.dtype) for r in watch.results] == [
+        ((n, n), torch.bfloat16) for n in (8, 16, 32)]
+
+
+def test_device_copy_bandwidth_counts_one_read_and_one_write() -> None:
+    watch = FixedStopwatch(1e-3)
+    gbps = roofline.device_copy_gbps(4, "cpu", watch)
+    assert gbps == pytest.approx(2 * 4 * 2**20 / 1e-3 / 1e9, rel=1e-12)  # 8.39 GB/s
+    (copied,) = watch.results
+    assert copied.nbytes == 4 * 2**20 and bool((copied == 1).all())
+
+
+def test_gpu_ceilings_take_the_best_matmul_over_the_plotted_and_the_large_sizes() -> None:
+    args = roofline.parse_args(["--device", "cuda", "--sizes", "8", "16", "--cuda-peak-sizes",
+                                "16", "32", "--cuda-copy-mb", "2"])
+    gflops, gbps, rates = roofline.measure_gpu_ceilings(args, "cpu", FixedStopwatch(0.5))
+    assert sorted(rates) == [8, 16, 32]  # the plotted sizes too, so none can beat the ceiling
+    assert gflops == max(rates.values()) == 2 * 32**3 / 0.5 / 1e9
+    assert gbps == pytest.approx(2 * 2 * 2**20 / 0.5 / 1e9, rel=1e-12)
+
+
+def test_measure_points_times_the_ops_on_the_device_and_dtype_it_is_given() -> None:
+    args = roofline.parse_args(["--sizes", "8", "16", "--stream-n", "32", "--seq-len", "64",
+                                "--head-dim", "8", "--block-q", "16"])
+    watch = FixedStopwatch(0.25)
+    achieved = roofline.measure_points(args, {8: 1.5, 16: 2.5}, device="cpu",
+                                       dtype=torch.bfloat16, seconds=watch)
+    timed = [roofline.add_cost(32), roofline.softmax_cost(32),
+             roofline.naive_attention_cost(64, 8), roofline.tiled_attention_cost(64, 8, 16)]
+    assert achieved == {cost.name: cost.flops / 0.25 / 1e9 for cost in timed} | {
+        "matmul n=8": 1.5, "matmul n=16": 2.5}
+    assert [(r.shape, r.dtype) for r in watch.results] == [
+        ((32, 32), torch.bfloat16)] * 2 + [((64, 8), torch.bfloat16)] * 2
+
+
+def test_bf16_costs_keep_the_flops_and_halve_the_bytes() -> None:
+    for cost in (roofline.add_cost(4096), roofline.softmax_cost(64), roofline.matmul_cost(1024),
+                 roofline.naive_attention_cost(2048, 64),
+                 roofline.tiled_attention_cost(1000, 64, 256)):
+        bf16 = roofline.in_bf16(cost)
+        assert (bf16.name, bf16.flops, 2 * bf16.bytes_moved) == (cost.name, cost.flops,
+                                                                 cost.bytes_moved)
+    assert roofline.in_bf16(roofline.matmul_cost(1024)).intensity == Fraction(1024, 3)
+    assert roofline.in_bf16(roofline.add_cost(4096)).intensity == Fraction(1, 6)
+
+
+@pytest.mark.parametrize("device_name, datasheet", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 SXM"),
+    ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100-PCIE-40GB", "A100 80GB SXM"),
+    ("NVIDIA A10G", None), ("NVIDIA GH200 480GB", None), ("NVIDIA GeForce RTX 4090", None)])
+def test_a_device_name_finds_its_chips_datasheet(device_name: str, datasheet: str | None) -> None:
+    gpu = roofline.datasheet_for(device_name)
+    assert (gpu and gpu.name) == datasheet
+
+
+def test_the_gpu_block_prints_both_ceilings_and_the_datasheet_share(capsys) -> None:
+    args = roofline.parse_args(["--device", "cuda"])
+    roofline.print_gpu_ceilings("NVIDIA H100 80GB HBM3", 85_520_809_984, args, 712_300.0, 2_913.4)
+    assert capsys.readouterr().out.splitlines() == [
+        "",
+        "this GPU: NVIDIA H100 80GB HBM3, 79.6 GiB",
+        "  peak compute: 712.3 TFLOP/s (best bf16 matmul over n = 64, 256, 1024, 2048, 4096, 8192; "
+        "best of 3 runs of 10 calls)",
+        "  peak bandwidth: 2,913.4 GB/s (1024 MB device copy, read + write counted)",
+        "  ridge point: 244.5 FLOP/B",
+        "  share of the H100 SXM datasheet: 72.0% of 989 TFLOP/s bf16 dense, 87.0% of 3.35 TB/s "
+        "(other boards of the chip are rated differently)",
+    ]
+    roofline.print_gpu_ceilings("NVIDIA GeForce RTX 4090", 25_386_352_640, args, 150_000.0, 900.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "this GPU: NVIDIA GeForce RTX 4090, 23.6 GiB" and len(lines) == 5
+
+
+def test_the_cuda_chart_names_the_gpu_and_draws_in_tflops() -> None:
+    points = [roofline.Point("add n=4096", 1 / 6, 450.0, "#e07b39"),  # GFLOP/s, as measured
+              roofline.Point("matmul n=1024", 341.3, 400_000.0, "#e07b39"),
+              roofline.Point("softmax n=4096", 1.25, 5_000.0, "#e07b39", above_roof=True)]
+    svg = roofline.cuda_chart("NVIDIA H100 80GB HBM3", points, gflops=712_300.0, gbps=2_913.4)
+    assert_legible(*text_boxes(svg))
+    root = ET.fromstring(svg)
+    assert root.find(f"{SVG}title").text == (
+        "Roofline of NVIDIA H100 80GB HBM3: ridge 244.5 FLOP/B, peak 712.3 TFLOP/s bf16, "
+        "memory 2,913.4 GB/s")
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert texts[0].startswith("NVIDIA H100 80GB HBM3, measured: 712.3 TFLOP/s bf16")
+    assert "TFLOP/s (log)" in texts and "softmax n=4096 (above its roof)" in texts
+    assert len(root.findall(f".//{SVG}circle[@class='above']")) == 1
+
+
+def test_the_default_run_still_prints_every_line_the_lab_looks_for(tmp_path: Path) -> None:
+    result = run_starter(tmp_path)
+    assert result.returncode == 0, result.stderr
+    lab = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    (starter,) = lab["starters"]
+    printed = [field["pattern"] for calculator in lab["calculators"]
+               for preset in calculator["presets"] for field in preset.get("printed", {}).values()]
+    answers = [q["answer"]["printed"] for q in lab["questions"] if "answer" in q]
+    patterns = [*starter["run"]["expect"], *printed, *answers]
+    assert len(patterns) > 35
+    missing = [p for p in patterns if not re.search(p, result.stdout, re.MULTILINE)]
+    assert missing == []
+    assert "\nplacement (roof = min(peak compute, intensity x peak bandwidth))\n" in result.stdout
+    assert "this GPU" not in result.stdout and "bf16 on this GPU" not in result.stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(starter["run"]["artifacts"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and a CUDA build of torch")
+def test_the_cuda_run_measures_this_gpu_places_the_ops_and_draws_its_chart(tmp_path: Path) -> None:
+    result = run_starter(tmp_path, "--device", "cuda")
+    assert result.returncode == 0, result.stderr
+    for pattern in (
+            r"^  add n=4096 +16,777,216 +201,326,592 +0\.083",  # the analytic table, unchanged
+            r"^this GPU: .+, [\d.]+ GiB$",
+            r"^  peak compute: [\d,.]+ TFLOP/s \(best bf16 matmul over n = 64, 256, 1024, 2048, "
+            r"4096, 8192; best of 3 runs of 10 calls\)$",
+            r"^  peak bandwidth: [\d,.]+ GB/s \(1024 MB device copy, read \+ write counted\)$",
+            r"^  ridge point: [\d.]+ FLOP/B$",
+            r"^placement, every op in bf16 on this GPU",
+            r"^  add n=4096 +0\.167 +[\d.]+ +memory-bound +[\d.]+",
+            r"^  matmul n=1024 +341\.333 ",
+            r"^  ops above their roof: \d+",
+            r"^cuda roofline svg: cuda_roofline\.svg \([\d,]+ bytes\)$"):
+        assert re.search(pattern, result.stdout, re.MULTILINE), pattern
+    assert "datasheet" not in result.stdout or re.search(
+        r"^  share of the (A100 80GB SXM|H100 SXM) datasheet: [\d.]+% of", result.stdout, re.M)
+    assert [path.name for path in tmp_path.iterdir()] == ["cuda_roofline.svg"]
+    assert_legible(*text_boxes((tmp_path / "cuda_roofline.svg").read_text()))

@@ -5,6 +5,10 @@ written once (the compulsory traffic). This CPU's ceilings are measured: the bes
 over several sizes for FLOP/s, a large copy for bytes/s. Their ratio, the ridge point, splits
 memory-bound from compute-bound ops. The A100 and H100 ceilings are datasheet figures, used to
 place a decode step's matrix-vector product; no GPU is needed.
+
+A CUDA GPU is optional: `--device cuda` prints the same counts, then measures that GPU's ceilings
+(the best bf16 matmul rate, a device-to-device copy) and places the same ops, run in bf16, under its
+roof in cuda_roofline.svg. Without both a GPU and a CUDA build of torch it exits with status 2.
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ from __future__ import annotations
 import argparse
 import html
 import math
+import sys
+import time
 import timeit
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -189,19 +197,28 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out
 
 
-def measure_points(args: argparse.Namespace, matmul_rates: dict[int, float]) -> dict[str, float]:
+Stopwatch = Callable[[Callable[[], object]], float]
+"""Seconds one call of a function takes on some device, as best measured."""
+
+
+def measure_points(args: argparse.Namespace, matmul_rates: dict[int, float], *,
+                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                   seconds: Stopwatch | None = None) -> dict[str, float]:
     """Time the other ops; return achieved GFLOP/s by op name, matmuls from their own timing."""
-    big = torch.ones(args.stream_n, args.stream_n)
+    seconds = seconds or partial(best_seconds, repeats=args.repeats)
+    tensor = {"device": device, "dtype": dtype}
+    big = torch.ones(args.stream_n, args.stream_n, **tensor)
     other, out = torch.ones_like(big), torch.empty_like(big)
     n, d = args.seq_len, args.head_dim
-    q, k, v = torch.rand(n, d) / math.sqrt(d), torch.rand(n, d), torch.rand(n, d)
-    timed = [
+    q, k, v = (torch.rand(n, d, **tensor) / math.sqrt(d), torch.rand(n, d, **tensor),
+               torch.rand(n, d, **tensor))
+    ops = [
         (add_cost(args.stream_n), lambda: torch.add(big, other, out=out)),
         (softmax_cost(args.stream_n), lambda: torch.softmax(big, dim=-1)),
         (naive_attention_cost(n, d), lambda: naive_attention(q, k, v)),
         (tiled_attention_cost(n, d, args.block_q), lambda: tiled_attention(q, k, v, args.block_q)),
     ]
-    achieved = {cost.name: cost.flops / best_seconds(fn, args.repeats) / 1e9 for cost, fn in timed}
+    achieved = {cost.name: cost.flops / seconds(fn) / 1e9 for cost, fn in ops}
     return achieved | {matmul_cost(size).name: matmul_rates[size] for size in args.sizes}
 
 
@@ -449,11 +466,14 @@ def measure_ceilings(args: argparse.Namespace) -> tuple[float, float, dict[int, 
     return gflops, gbps, matmul_rates
 
 
+PLACEMENT = "placement (roof = min(peak compute, intensity x peak bandwidth))"
+
+
 def place_ops(costs: list[OpCost], achieved: dict[str, float], gflops: float,
-              gbps: float) -> list[Point]:
+              gbps: float, heading: str = PLACEMENT) -> list[Point]:
     """Print each op against the roof; return the timed ones as chart points, flagged if above."""
     ridge = gflops / gbps
-    print("\nplacement (roof = min(peak compute, intensity x peak bandwidth))")
+    print(f"\n{heading}")
     print(f"  {'op':<30}{'FLOP/B':>10}{'roof GFLOP/s':>14}  {'bound':<15}{'achieved GFLOP/s':>17}")
     points = []
     for cost in costs:
@@ -560,7 +580,8 @@ def gpu_chart(n: int) -> str:
                         "TFLOP/s", roofs, dots, legend)
 
 
-def main(args: argparse.Namespace) -> None:
+def cpu_report(args: argparse.Namespace) -> None:
+    """Count the ops, measure this CPU's ceilings and place the ops, then the datasheet GPUs."""
     costs = check_counts(args)
     # Parity on a short sequence; 1000 is not a multiple of the default tile, so one is ragged.
     q, k, v = torch.rand(3, 1000, args.head_dim).unbind()
@@ -588,6 +609,143 @@ def main(args: argparse.Namespace) -> None:
         print(f"{what} svg: {path} ({len(svg.encode()):,} bytes)")
 
 
+# --- The CUDA run: the same ops in bf16 on this GPU, under the ceilings measured on it ---
+
+CUDA_CALLS_PER_RUN = 10  # one sync's latency, some 10 us, would swamp a single small kernel
+CUDA_PLACEMENT = ("placement, every op in bf16 on this GPU: the FLOPs above, half their bytes "
+                  "(roof = min(peak compute, intensity x peak bandwidth))")
+
+
+def timed(fn: Callable[[], object], repeats: int, sync: Callable[[], object], calls: int = 1,
+          clock: Callable[[], float] = time.perf_counter) -> float:
+    """Return the best seconds per call over `repeats` runs of `calls` calls, after a warm-up.
+
+    A CUDA call returns once its kernel is queued, so every run starts on an idle device and stops
+    the clock only after `sync` has waited for the queue to drain.
+    """
+    fn()  # the first call pays for library handles, kernel choice and the allocator's first blocks
+    sync()
+    best = math.inf
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(calls):
+            fn()
+        sync()
+        best = min(best, clock() - start)  # a busy device, like a busy CPU, only adds time
+    return best / calls
+
+
+def device_matmul_gflops(sizes: list[int], device: torch.device | str, dtype: torch.dtype,
+                         seconds: Stopwatch) -> dict[int, float]:
+    """Measure matmul GFLOP/s at each size on a device; the best of them is its compute ceiling."""
+    rates = {}
+    for n in sizes:
+        a, b, out = (torch.rand(n, n, device=device, dtype=dtype) for _ in range(3))
+        rates[n] = 2 * n**3 / seconds(lambda: torch.mm(a, b, out=out)) / 1e9
+    return rates
+
+
+def device_copy_gbps(megabytes: int, device: torch.device | str, seconds: Stopwatch) -> float:
+    """Measure a device-to-device copy's bandwidth on buffers far larger than the GPU's L2 cache."""
+    src = torch.ones(megabytes * 2**20 // FP32_BYTES, device=device)
+    dst = torch.empty_like(src)
+    # Read once plus written once, as for the CPU: the STREAM convention.
+    return 2 * src.nbytes / seconds(lambda: dst.copy_(src)) / 1e9
+
+
+def measure_gpu_ceilings(args: argparse.Namespace, device: torch.device | str,
+                         seconds: Stopwatch) -> tuple[float, float, dict[int, float]]:
+    """Measure a GPU's two ceilings in bf16; also return the matmul rate of each size."""
+    # The plotted sizes are timed with the large ones, so no plotted matmul can beat the ceiling.
+    sizes = sorted({*args.sizes, *args.cuda_peak_sizes})
+    matmul_rates = device_matmul_gflops(sizes, device, torch.bfloat16, seconds)
+    gbps = device_copy_gbps(args.cuda_copy_mb, device, seconds)
+    return max(matmul_rates.values()), gbps, matmul_rates
+
+
+def datasheet_for(device_name: str) -> Gpu | None:
+    """Return the datasheet GPU whose chip a device name names (A100 or H100), if either."""
+    return next((gpu for gpu in GPUS if gpu.name.split()[0] in device_name), None)
+
+
+def print_gpu_ceilings(name: str, memory_bytes: int, args: argparse.Namespace, gflops: float,
+                       gbps: float) -> None:
+    """Print a GPU's measured ceilings, and their share of its datasheet's when the file has it."""
+    sizes = sorted({*args.sizes, *args.cuda_peak_sizes})
+    print(f"\nthis GPU: {name}, {memory_bytes / 2**30:.1f} GiB")
+    print(f"  peak compute: {gflops / 1e3:,.1f} TFLOP/s (best bf16 matmul over n = "
+          f"{', '.join(map(str, sizes))}; best of {args.repeats} runs of "
+          f"{CUDA_CALLS_PER_RUN} calls)")
+    print(f"  peak bandwidth: {gbps:,.1f} GB/s ({args.cuda_copy_mb} MB device copy, "
+          "read + write counted)")
+    print(f"  ridge point: {gflops / gbps:.1f} FLOP/B")
+    gpu = datasheet_for(name)
+    if gpu is not None:
+        compute, memory = gflops * 1e9 / gpu.bf16_flops, gbps * 1e9 / gpu.hbm_bytes_per_s
+        print(f"  share of the {gpu.name} datasheet: {compute:.1%} of {gpu.bf16_flops / 1e12:g} "
+              f"TFLOP/s bf16 dense, {memory:.1%} of {gpu.hbm_bytes_per_s / 1e12:g} TB/s "
+              "(other boards of the chip are rated differently)")
+
+
+def in_bf16(cost: OpCost) -> OpCost:
+    """The same op on bf16 tensors: the same FLOPs over half the bytes of its fp32 count."""
+    return OpCost(cost.name, cost.flops, cost.bytes_moved * BF16_BYTES // FP32_BYTES)
+
+
+def cuda_chart(name: str, points: list[Point], gflops: float, gbps: float) -> str:
+    """Draw a GPU's measured roof and the ops timed on it (given in GFLOP/s) in TFLOP/s."""
+    roof = Roof(name, gflops / 1e3, gbps / 1e3, "#3d85c6")  # TFLOP/s and TB/s: the same ridge
+    legend = [(f"line:{roof.color}", f"{name}, measured: {roof.peak:,.1f} TFLOP/s bf16, "
+               f"{gbps:,.1f} GB/s, ridge {gflops / gbps:.1f} FLOP/B (dashed)"),
+              ("dot:#e07b39", "timed bf16 op at its analytic intensity")]
+    if any(p.above_roof for p in points):
+        legend.append(("ring", "above its roof: beat the roof's benchmark "
+                               "(L2 cache, leaner kernel, noise)"))
+    svg = roofline_svg(f"Roofline of {name}: ridge {gflops / gbps:.1f} FLOP/B, peak "
+                       f"{roof.peak:,.1f} TFLOP/s bf16, memory {gbps:,.1f} GB/s", "TFLOP/s", [roof],
+                       [replace(p, rate=p.rate / 1e3) for p in points], legend)
+    assert svg.count('class="above"') == sum(p.above_roof for p in points)
+    return svg
+
+
+def cuda_report(args: argparse.Namespace) -> None:
+    """Count the ops, measure this GPU's ceilings, place the ops in bf16 under them, draw it."""
+    costs = check_counts(args)
+    device = torch.device("cuda", torch.cuda.current_device())
+    seconds = partial(timed, repeats=args.repeats, sync=torch.cuda.synchronize,
+                      calls=CUDA_CALLS_PER_RUN)
+    gflops, gbps, matmul_rates = measure_gpu_ceilings(args, device, seconds)
+    assert 1 < gflops < 1e7 and 1 < gbps < 1e5, "peaks outside any plausible range"
+    properties = torch.cuda.get_device_properties(device)
+    print_gpu_ceilings(properties.name, properties.total_memory, args, gflops, gbps)
+
+    achieved = measure_points(args, matmul_rates, device=device, dtype=torch.bfloat16,
+                              seconds=seconds)
+    assert achieved[f"matmul n={max(args.sizes)}"] > achieved[f"add n={args.stream_n}"], \
+        "a compute-bound matmul must beat a memory-bound add in FLOP/s"
+    points = place_ops([in_bf16(cost) for cost in costs], achieved, gflops, gbps, CUDA_PLACEMENT)
+
+    svg = cuda_chart(properties.name, points, gflops, gbps)
+    args.cuda_svg.parent.mkdir(parents=True, exist_ok=True)
+    args.cuda_svg.write_text(svg)
+    print(f"\ncuda roofline svg: {args.cuda_svg} ({len(svg.encode()):,} bytes)")
+
+
+# --- The command line: CPU by default, a CUDA GPU when asked ---
+
+def main(args: argparse.Namespace) -> None:
+    """Report on the device asked for; without a usable GPU, `--device cuda` is a usage error."""
+    if args.device == "cpu":
+        cpu_report(args)
+    elif torch.cuda.is_available():
+        cuda_report(args)
+    else:
+        found = "built without CUDA" if torch.version.cuda is None else "no GPU visible"
+        print("roofline.py: --device cuda needs a CUDA GPU and a CUDA build of torch "
+              f"(this torch: {torch.__version__}, {found})", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arg = parser.add_argument
@@ -602,6 +760,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     arg("--gemv-n", type=int, default=4096, help="n of the decode GEMV's n x n weight")
     arg("--svg", type=Path, default=Path("roofline.svg"), help="where to write this CPU's plot")
     arg("--gpu-svg", type=Path, default=Path("gpu_roofline.svg"), help="where to write GPU plot")
+    arg("--device", choices=["cpu", "cuda"], default="cpu",
+        help="where to measure the ceilings and time the ops (cuda: in bf16, needs a GPU)")
+    arg("--cuda-peak-sizes", type=int, nargs="+", default=[2048, 4096, 8192],
+        help="bf16 matmul sizes tried for the GPU's compute peak")
+    arg("--cuda-copy-mb", type=int, default=1024, help="device copy size for the GPU's bandwidth")
+    arg("--cuda-svg", type=Path, default=Path("cuda_roofline.svg"),
+        help="where to write the GPU's measured plot")
     return parser.parse_args(argv)
 
 
