@@ -95,15 +95,16 @@ SAMPLE_BYTES = 512
 """A lab page shows the end of its run's output: at most this many lines, and bytes, of it."""
 
 
-def sample_lines(stdout: str) -> list[str]:
+def sample_lines(stdout: str, runs: int = 1) -> list[str]:
     """The last lines of a run's output a lab page shows: up to SAMPLE_LINES lines and SAMPLE_BYTES
-    bytes (the last line always), so a report of wide tables does not crowd the page's budget."""
+    bytes (the last line always), so a report of wide tables does not crowd the page's budget. A
+    starter's `runs` (one per device) share those bytes, so a GPU run adds no weight of samples."""
     lines = stdout.rstrip().split("\n")
     kept: list[str] = []
     size = 0
     for line in reversed(lines[-SAMPLE_LINES:]):
         size += len(line.encode()) + 1
-        if kept and size > SAMPLE_BYTES:
+        if kept and size > SAMPLE_BYTES // max(1, runs):
             break
         kept.append(line)
     return kept[::-1]
