@@ -15,8 +15,8 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from functools import lru_cache
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterator
 

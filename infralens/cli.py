@@ -130,7 +130,7 @@ def check(
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
     if shard is not None:
         labs = shard_labs(labs, project.root, store, *shard)
-    every = [(lab, starter, run) for lab, starter, run in runs_of(labs) if device in (None, run.device)]
+    every = runs_of(labs, device)
     width = max((len(run_name(starter.path, run.device)) for _, starter, run in every), default=10)
     lab_width = max((len(lab.id) for lab, _, _ in every), default=10)
 

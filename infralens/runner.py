@@ -618,14 +618,9 @@ def kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def runnable(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter]]:
-    """List every (lab, starter) pair that has a run spec, in lab order."""
-    return [(lab, starter) for lab in labs for starter in lab.starters if starter.run is not None]
-
-
-def runs_of(labs: tuple[Lab, ...]) -> list[tuple[Lab, Starter, RunSpec]]:
-    """List every run of every starter, one per device, in lab order."""
-    return [(lab, starter, run) for lab in labs for starter in lab.starters for run in starter.runs]
+def runs_of(labs: tuple[Lab, ...], device: str | None = None) -> list[tuple[Lab, Starter, RunSpec]]:
+    """List every run of every starter (only those on `device`, if given), in lab order."""
+    return [(lab, starter, run) for lab in labs for starter in lab.starters for run in starter.runs if device in (None, run.device)]
 
 
 def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
@@ -723,7 +718,7 @@ def run_labs(
     `on_result` sees each one as soon as its lab is complete. Without `state`, no starter is run
     again under the tracer (and a stored result counts only if it recorded no state either).
     """
-    every = [(lab, starter, run) for lab, starter, run in runs_of(labs) if device in (None, run.device)]
+    every = runs_of(labs, device)
     machine = machine or detect_machine()
     from infralens.resolve import traced_spans
 

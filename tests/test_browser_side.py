@@ -78,7 +78,7 @@ def test_resizing_moves_the_notes_back_and_forth(open_tab) -> None:
     expect(page.locator("html")).not_to_have_class("js side")
     assert page.locator("#key-blocks .key-block").count() == 11
     assert page.locator(".side-notes").count() == 0
-    assert page.evaluate("getComputedStyle(document.querySelector('#L67')).marginTop") == "0px"  # no room left behind
+    assert page.evaluate("getComputedStyle(document.querySelector('#L75')).marginTop") == "0px"  # no room left behind
     page.set_viewport_size({"width": 1300, "height": 900})
     expect(page.locator("html")).to_have_class("js side")
     for note in boxes(page):
@@ -137,5 +137,5 @@ def test_the_keyboard_reaches_the_notes_beside_the_code_and_selects_one(open_tab
     page.keyboard.press("Enter")
     page.wait_for_function("window.InfraLensReader === true")
     expect(page.locator(".excerpt code > span.sel")).to_have_count(1)
-    assert page.evaluate("document.querySelector('.excerpt code > span.sel').id") == "L67"
+    assert page.evaluate("document.querySelector('.excerpt code > span.sel').id") == "L75"
     assert tab.errors == []

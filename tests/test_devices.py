@@ -16,7 +16,7 @@ import pytest
 
 from conftest import add_starter, run_infralens
 from infralens.build import load_project
-from infralens.devices import Gpu, Machine, cpu_name, parse_gpus, torch_cuda, visible
+from infralens.devices import Machine, cpu_name, parse_gpus, torch_cuda, visible
 from infralens.errors import InputError
 from infralens.models import RunSpec
 from infralens.parse import parse_lab

@@ -21,7 +21,9 @@ GPU ceilings, from NVIDIA's own documents (the tests below name the one each fig
 
 The optional `--device cuda` run is checked as far as a machine without a GPU allows: the refusal
 (exit status 2, one line on stderr), and its measurements run on CPU tensors with a stopwatch that
-reports fixed seconds, so each rate must come out as exactly FLOPs (or bytes) over those seconds.
+reports fixed seconds, so each rate must come out as exactly FLOPs (or bytes) over those seconds;
+and the whole CUDA report runs with this CPU standing in for the GPU, and must print every line the
+manifest's cuda run expects.
 The default run is run for real and must still print every line the lab's manifest looks for.
 """
 
@@ -473,16 +475,19 @@ def test_the_default_run_still_prints_every_line_the_lab_looks_for(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     lab = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
     (starter,) = lab["starters"]
+    cpu, cuda = starter["run"]  # the CPU run, then the one a GPU makes
+    assert cuda["device"] == "cuda" and cuda["args"] == ["--device", "cuda"] and "device" not in cpu
     printed = [field["pattern"] for calculator in lab["calculators"]
                for preset in calculator["presets"] for field in preset.get("printed", {}).values()]
     answers = [q["answer"]["printed"] for q in lab["questions"] if "answer" in q]
-    patterns = [*starter["run"]["expect"], *printed, *answers]
+    patterns = [*cpu["expect"], *printed, *answers]
     assert len(patterns) > 35
     missing = [p for p in patterns if not re.search(p, result.stdout, re.MULTILINE)]
     assert missing == []
     assert "\nplacement (roof = min(peak compute, intensity x peak bandwidth))\n" in result.stdout
     assert "this GPU" not in result.stdout and "bf16 on this GPU" not in result.stdout
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(starter["run"]["artifacts"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(cpu["artifacts"])
+    assert not [p for p in cuda["expect"] if re.search(p, result.stdout, re.MULTILINE)]  # GPU lines only
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and a CUDA build of torch")
@@ -506,3 +511,33 @@ def test_the_cuda_run_measures_this_gpu_places_the_ops_and_draws_its_chart(tmp_p
         r"^  share of the (A100 80GB SXM|H100 SXM) datasheet: [\d.]+% of", result.stdout, re.M)
     assert [path.name for path in tmp_path.iterdir()] == ["cuda_roofline.svg"]
     assert_legible(*text_boxes((tmp_path / "cuda_roofline.svg").read_text()))
+
+
+class CpuAsCuda:
+    """`torch` as the starter sees it, with a CUDA device that is this CPU: the whole CUDA report
+    runs here, its stopwatch syncing nothing, so what it prints can be held to the manifest."""
+
+    class cuda:
+        current_device = staticmethod(lambda: 0)
+        synchronize = staticmethod(lambda *args: None)
+        get_device_properties = staticmethod(lambda device: type("Props", (), {"name": "NVIDIA H100 80GB HBM3", "total_memory": 85_520_809_984}))
+
+    @staticmethod
+    def device(*args, **kwargs) -> torch.device:
+        return torch.device("cpu")
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+def test_the_cuda_report_prints_what_the_manifest_expects_of_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(roofline, "torch", CpuAsCuda())
+    monkeypatch.chdir(tmp_path)  # where a run writes its artifacts
+    small = ["--sizes", "64", "256", "--stream-n", "512", "--seq-len", "256", "--block-q", "64", "--repeats", "1",
+             "--cuda-peak-sizes", "128", "--cuda-copy-mb", "4"]
+    roofline.cuda_report(roofline.parse_args(["--device", "cuda", *small]))
+    printed = capsys.readouterr().out
+    (_, cuda) = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))["starters"][0]["run"]
+    assert [p for p in cuda["expect"] if not re.search(p, printed, re.MULTILINE)] == []
+    assert cuda["artifacts"] == ["cuda_roofline.svg"] and (tmp_path / "cuda_roofline.svg").is_file()
+    assert "share of the H100 SXM datasheet: " in printed
