@@ -513,7 +513,8 @@ def run_or_recall(
     if store is None:
         if missing is not None:
             return skipped(lab, starter, spec, missing, machine)
-        return probed(run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine), lab, root, starter, running, sandbox)
+        result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine)
+        return probed(result, lab, root, starter, running, sandbox) if spec is starter.run else result
     key = run_key(root, starter, spec)
     stored = store.load(key)
     happened = stored if stored is not None and not stored.skipped else None
