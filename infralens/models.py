@@ -230,6 +230,8 @@ def _starter(f: Fields, ctx: Context) -> dict:
             seen.add(spec.device)
             if spec.gpu_memory is not None and spec.device != "cuda":
                 return ctx.error(node, "gpu_memory is for a run on cuda; add `device: cuda` or remove it")
+            if spec.device == "cpu" and spec is not runs[0]:
+                return ctx.error(node, "list the run on cpu first: the page's figures, state, calculators and questions come from the first run, and every machine can make a cpu run")
     return {"run": runs[0] if runs else None, "runs": runs, "mark": f.marks["path"]}
 
 
@@ -245,7 +247,7 @@ class Starter:
             mapping=record(RunSpec, "run"),
             sequence=ListOf(record(RunSpec, "run"), min_items=1),
             expected="a run mapping, a list of them (one per device) or false",
-            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; a list runs it once per device, each with its own arguments and expect patterns; false never runs it.",
+            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; a list runs it once per device, each with its own arguments and expect patterns (a cpu run first: the page's figures come from the first); false never runs it.",
         ),
         indexed=False,
     )

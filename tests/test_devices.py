@@ -130,6 +130,10 @@ def test_a_starter_runs_once_per_device_it_lists() -> None:
         ("{device: cuda, gpu_memory: lots}", "labs/lab-01-x.yml:10:37: error: 'lots' is not a size such as '40 GiB' or '24 GB'"),
         ("[]", "labs/lab-01-x.yml:10:10: error: expected at least 1 item, got 0"),
         (
+            "\n- {device: cuda}\n- {args: [x]}",
+            "labs/lab-01-x.yml:12:7: error: list the run on cpu first: the page's figures, state, calculators and questions come from the first run, and every machine can make a cpu run",
+        ),
+        (
             "\n- {artifacts: [plot.svg]}\n- {device: cuda, artifacts: [plot.svg]}",
             "labs/lab-01-x.yml:8:11: error: artifact 'plot.svg' of code/lab-01-x/a.py [cuda] is also written by code/lab-01-x/a.py; the lab page publishes one file of that name, so give each run its own",
         ),
