@@ -124,8 +124,9 @@ def cpu_name(cpuinfo: str, fallback: str, cores: int) -> str:
     return f"{name} ({cores} core{'s' if cores != 1 else ''})"
 
 
-def detect_machine(environ: dict[str, str] | None = None) -> Machine:
-    """Describe this machine. nvidia-smi is asked only when it is on PATH, for 10 s at most."""
+def detect_machine(environ: dict[str, str] | None = None, gpus: bool = True) -> Machine:
+    """Describe this machine. nvidia-smi is asked only when it is on PATH, for 10 s at most, and
+    only with `gpus` (a check with no run on a GPU leaves them out: a CPU run's line names none)."""
     environ = dict(os.environ) if environ is None else environ
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -143,21 +144,21 @@ def detect_machine(environ: dict[str, str] | None = None) -> Machine:
         except OSError:
             cuda = None
     every: tuple[Gpu, ...] = ()
-    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH")) if gpus else None
     if smi is not None:
         try:
             listed = subprocess.run([smi, f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
             every = parse_gpus(listed.stdout) if listed.returncode == 0 else ()
         except (OSError, subprocess.TimeoutExpired):
             every = ()
-    gpus = visible(every, environ.get("CUDA_VISIBLE_DEVICES"))
+    chosen = visible(every, environ.get("CUDA_VISIBLE_DEVICES"))
     return Machine(
         cpu=cpu_name(cpuinfo, platform.processor(), os.cpu_count() or 1),
         python=platform.python_version(),
         torch=torch,
         cuda=cuda,
-        gpus=gpus,
-        hidden=bool(every) and not gpus,
+        gpus=chosen,
+        hidden=bool(every) and not chosen,
     )
 
 

@@ -516,7 +516,7 @@ def run_or_recall(
         result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine)
         return probed(result, lab, root, starter, running, sandbox) if spec is starter.run else result
     key = run_key(root, starter, spec)
-    stored = store.load(key)
+    stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
     happened = stored if stored is not None and not stored.skipped else None
     if use_cache and happened is not None and happened.traced == spans:
         # The manifest may have moved since; point failures at where the starter is declared now.
@@ -720,7 +720,7 @@ def run_labs(
     again under the tracer (and a stored result counts only if it recorded no state either).
     """
     every = runs_of(labs, device)
-    machine = machine or detect_machine()
+    machine = machine or detect_machine(gpus=any(run.device != "cpu" for _, _, run in every))
     from infralens.resolve import traced_spans
 
     excerpts = {lab.id: lab_excerpt(lab, root) for lab in labs}
