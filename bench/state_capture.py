@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from infralens.build import load_project
-from infralens.markdown import python_blocks
-from infralens.runner import RUN_MARKDOWN, lab_spans
+from infralens.check.runner import RUN_MARKDOWN, lab_spans
+from infralens.text.markdown import python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACER = ROOT / "infralens" / "trace_state.py"

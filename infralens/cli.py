@@ -11,11 +11,15 @@ from pathlib import Path
 import click
 
 from infralens import __version__
-from infralens.build import Session, load_project, render_in_memory
+from infralens.build import STOP, Session, load_project
 from infralens.build import build as build_site
-from infralens.models import DEVICES
-from infralens.errors import InputError, one_line
-from infralens.workspace import CACHE_ENV, Workspace
+from infralens.check.results import ResultStore, export_results, merge_results, run_key
+from infralens.check.shards import parse_shard, split
+from infralens.errors import InputError, did_you_mean, one_line
+from infralens.model.parse import json_schemas, reference_markdown
+from infralens.model.run import RunResult, run_name
+from infralens.model.starter import DEVICES
+from infralens.project.workspace import CACHE_ENV, Workspace
 
 # The commands import what they use when they run: `infralens build` on an unchanged site takes a
 # fraction of a second, and importing every module up front would be a third of it.
@@ -55,7 +59,6 @@ def main() -> None:
 @CACHE_OPTION
 def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | None, cache_dir: Path | None) -> None:
     """Build the static site from site.yml, labs/ and code/; only labs whose inputs changed are rendered again."""
-    from infralens.build import STOP
 
     def stop_build(signum, frame) -> None:
         STOP.set()
@@ -109,11 +112,9 @@ def check(
     cache_dir: Path | None,
 ) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
-    from infralens.models import RunResult, run_name
-    from infralens.reports import results_json, results_junit
-    from infralens.results import ResultStore
-    from infralens.runner import become_subreaper, run_labs, runs_of
-    from infralens.schema import did_you_mean
+    # loaded when this command runs (see the note at the top)
+    from infralens.check.reports import results_json, results_junit
+    from infralens.check.runner import become_subreaper, run_labs, runs_of
 
     try:
         project = load_project(site_path, cache_dir)
@@ -144,7 +145,8 @@ def check(
             sys.exit(2)
     jail = None
     if sandbox:
-        from infralens.sandbox import SandboxUnavailable, open_sandbox
+        # loaded when this command runs (see the note at the top)
+        from infralens.check.sandbox import SandboxUnavailable, open_sandbox
 
         try:
             jail = open_sandbox()
@@ -159,7 +161,6 @@ def check(
         sys.exit(130)
     if results_dir is not None:
         json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
-        from infralens.results import export_results, run_key
 
         keys = {(starter.path, run.device): run_key(project.root, starter, run) for _, starter, run in every}
         try:
@@ -199,8 +200,8 @@ def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) ->
     """Take the results FOLDERS of `check --results-dir` into this site's store, so a build shows
     every lab as if one machine had checked them all. A record of another version of its starter is
     refused; records of one starter that disagree are reported. Exit 1 if any was refused or disagreed."""
-    from infralens.results import ResultStore, merge_results, run_key
-    from infralens.runner import runs_of
+    # loaded when this command runs (see the note at the top)
+    from infralens.check.runner import runs_of
 
     try:
         project = load_project(site_path, cache_dir)
@@ -222,7 +223,6 @@ def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) ->
 
 def shard_option(value: str | None) -> tuple[int, int] | None:
     """`--shard K/N` read, or a usage error that says what it must look like."""
-    from infralens.shards import parse_shard
 
     if value is None:
         return None
@@ -235,8 +235,6 @@ def shard_option(value: str | None) -> tuple[int, int] | None:
 def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
     """The labs of shard K of N, balanced by each lab's recorded run time (its runnable starters'
     stored results for their current versions), with a line on stderr saying which."""
-    from infralens.results import run_key
-    from infralens.shards import split
 
     durations = []
     for lab in labs:
@@ -253,7 +251,6 @@ def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
 @click.option("--out", "out_dir", default="schema", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the schemas into.")
 def schema(out_dir: Path) -> None:
     """Write the JSON Schemas of lab manifests and site.yml for editors, and the Markdown reference."""
-    from infralens.parse import json_schemas, reference_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, document in json_schemas().items():
@@ -270,6 +267,7 @@ def schema(out_dir: Path) -> None:
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
 def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
     """Start a lab: write labs/LAB_ID.yml and a starter under code/LAB_ID/ that build and check pass."""
+    # loaded when this command runs (see the note at the top)
     from infralens.scaffold import new_lab
 
     try:
@@ -287,7 +285,9 @@ def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
 @CACHE_OPTION
 def links(site_path: Path, external: bool, cache_dir: Path | None) -> None:
     """Report every link of the built site: broken internal links and anchors first."""
-    from infralens.links import check_links
+    # loaded when this command runs (see the note at the top)
+    from infralens.build.links import check_links
+    from infralens.build.memory import render_in_memory
 
     try:
         pages, files = render_in_memory(site_path, cache_dir)
@@ -313,6 +313,7 @@ def links(site_path: Path, external: bool, cache_dir: Path | None) -> None:
 @CACHE_OPTION
 def serve(site_path: Path, out_dir: Path, port: int, cache_dir: Path | None) -> None:
     """Build, serve the site on 127.0.0.1, rebuild on every change and reload open pages."""
+    # loaded when this command runs (see the note at the top)
     from infralens.serve import serve as run_server
 
     def log(line: str) -> None:

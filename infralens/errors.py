@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, order=True)
@@ -63,3 +65,15 @@ class Problems:
     def raise_if_any(self) -> None:
         if self._items:
             raise InputError(self._items)
+
+
+def closest(word: str, choices: Any) -> str | None:
+    """Return the choice closest to `word`, if any is close enough to be a likely typo."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """Return a ` (did you mean 'x'?)` suffix when a choice is close to `word`."""
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close else ""

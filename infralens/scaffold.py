@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infralens.build import load_project
-from infralens.errors import InputError, Mark, Problem, Problems
-from infralens.schema import did_you_mean
-from infralens.workspace import MAX_PROJECT_FILE_BYTES, Workspace, digest
+from infralens.errors import InputError, Mark, Problem, Problems, did_you_mean
+from infralens.project.workspace import MAX_PROJECT_FILE_BYTES, Workspace, digest
 
 LAB_ID = re.compile(r"lab-(?P<number>[0-9]{2,3})-(?P<slug>[a-z0-9]+(?:-[a-z0-9]+)*)")
 """A new lab's id. ASCII only (`\\d` would take ٠٥ or 𝟗𝟗), so every match is also a lab id the

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from infralens.build import Session, build, renderer_for
 from infralens.errors import InputError
-from infralens.workspace import Workspace
+from infralens.project.workspace import Workspace
 
 STATE_PATH = "/__infralens/state"
 WATCHED_FOLDERS = ("labs", "code", "templates")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from contextlib import contextmanager
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 

@@ -11,13 +11,27 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import (
+    REPO,
+    axe_violations,
+    checked_and_served,
+    run_infralens,
+    served,
+    tabs_on,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from playwright.sync_api import expect
 
-from conftest import REPO, axe_violations, checked_and_served, run_infralens, served, tabs_on
 from infralens.build import load_project
-from infralens.calculators import check_calculator, listed_cases, outputs_at, show, unmet
-from infralens.expr import ExprError
+from infralens.lab.calculators import (
+    check_calculator,
+    listed_cases,
+    outputs_at,
+    show,
+    unmet,
+)
+from infralens.model.expr import ExprError
 
 pytestmark = pytest.mark.browser
 

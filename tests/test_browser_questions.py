@@ -6,14 +6,14 @@ page reads numbers exactly as the build does (the table of tests/test_questions.
 
 from __future__ import annotations
 
-
 import pytest
-from hypothesis import given, settings, strategies as st
-from playwright.sync_api import expect
-
 from conftest import axe_violations, checked_and_served, tabs_on
-from infralens.questions import reading
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from playwright.sync_api import expect
 from test_questions import READINGS
+
+from infralens.lab.questions import reading
 
 pytestmark = pytest.mark.browser
 

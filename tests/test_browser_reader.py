@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, axe_violations
+
 from infralens.build import load_project
-from infralens.models import SECTIONS
-from infralens.build import resolve
+from infralens.build.memory import resolve
+from infralens.model.lab import SECTIONS
 
 pytestmark = pytest.mark.browser
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import AXE, REPO, Tab
+
 from infralens.build import load_project
 
 PROJECT = load_project(REPO / "site.yml")

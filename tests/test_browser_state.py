@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO, axe_violations, run_infralens, served, tabs_on
 from playwright.sync_api import expect
 
-from conftest import REPO, axe_violations, run_infralens, served, tabs_on
-from infralens.build import load_project, resolve
+from infralens.build import load_project
+from infralens.build.memory import resolve
 
 pytestmark = pytest.mark.browser
 

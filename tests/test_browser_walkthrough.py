@@ -6,11 +6,9 @@ without JS every step and note reads.
 
 from __future__ import annotations
 
-
 import pytest
-from playwright.sync_api import expect
-
 from conftest import axe_violations, checked_and_served, tabs_on
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 

@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TESTS, run_infralens
-from infralens.calculators import (
+
+from infralens.errors import InputError
+from infralens.lab.calculators import (
     arithmetic,
     calculators_script,
     check_calculator,
@@ -17,15 +18,14 @@ from infralens.calculators import (
     listed_cases,
     probe_request,
     show,
+    show_input,
     significant,
     starter_probe,
-    show_input,
     unmet,
 )
-from infralens.errors import InputError
-from infralens.expr import ExprError, parse_call, parse_expr
-from infralens.models import RunResult
-from infralens.parse import parse_lab
+from infralens.model.expr import ExprError, parse_call, parse_expr
+from infralens.model.parse import parse_lab
+from infralens.model.run import RunResult
 
 LAB_HEAD = """number: 1
 title: Calc lab
@@ -368,8 +368,9 @@ def _labs_with_calculators():
 @pytest.mark.parametrize("lab", _labs_with_calculators(), ids=lambda lab: lab.id)
 def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(lab) -> None:
     """The parity `check` proves, asked of the starter directly: each output at every case."""
-    from infralens.models import PrintedPreset, mirrored_starter
-    from infralens.runner import probed, run_starter
+    from infralens.check.runner import probed, run_starter
+    from infralens.model.calculator import PrintedPreset
+    from infralens.model.lab import mirrored_starter
 
     runs = {}
     for path in {mirrored_starter(lab, calc) for calc in lab.calculators}:
@@ -454,7 +455,7 @@ def test_a_label_output_reads_its_index_and_a_chart_names_real_inputs() -> None:
 @pytest.mark.cli
 def test_the_probe_answers_inside_the_sandbox_too(calc_site: Path) -> None:
     """`check --sandbox` imports the starter for its calculators under bubblewrap, as it runs it."""
-    from infralens.sandbox import SandboxUnavailable, open_sandbox
+    from infralens.check.sandbox import SandboxUnavailable, open_sandbox
 
     try:
         open_sandbox()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import run_infralens
-from infralens.claims import printed, stated_figures
+
 from infralens.build import load_project
+from infralens.lab.claims import printed, stated_figures
 
 
 @pytest.mark.unit

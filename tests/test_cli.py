@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_infralens
 
 pytestmark = pytest.mark.cli

@@ -20,10 +20,10 @@ from conftest import TESTS, run_infralens
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infralens import workspace
 from infralens.build import Session, build
 from infralens.errors import InputError
-from infralens.workspace import Workspace
+from infralens.project import workspace
+from infralens.project.workspace import Workspace
 
 pytestmark = pytest.mark.cli
 
@@ -172,7 +172,7 @@ def test_a_commit_cut_short_at_any_file_is_rolled_back(failure: BaseException, t
 
 KILLER = """
 import os, signal, sys
-from infralens import workspace
+from infralens.project import workspace
 real, moves = os.replace, []
 def replace(source, target, *args, **kwargs):
     if ".new-" in str(source) and "/site/" in str(source):

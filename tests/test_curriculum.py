@@ -11,7 +11,6 @@ import ast
 import re
 
 import pytest
-
 from conftest import REPO, load_starter
 
 
@@ -117,8 +116,8 @@ def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
     """Issue 14: every lab's excerpt shows what its lines held in the checked run. A lab that
     opts out (state: false) must be argued for here, not slip through."""
     from infralens.build import load_project
-    from infralens.resolve import traced_spans
-    from infralens.runner import lab_excerpt
+    from infralens.check.runner import lab_excerpt
+    from infralens.lab.resolve import traced_spans
 
     project = load_project(REPO / "site.yml")
     untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, REPO))]

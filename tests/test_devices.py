@@ -13,15 +13,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from conftest import add_starter, run_infralens
+
 from infralens.build import load_project
-from infralens.devices import Machine, cpu_name, parse_gpus, torch_cuda, visible
+from infralens.check.devices import Machine, cpu_name, parse_gpus, torch_cuda, visible
+from infralens.check.results import ResultStore, merge_results
+from infralens.check.runner import run_labs
 from infralens.errors import InputError
-from infralens.models import RunSpec
-from infralens.parse import parse_lab
-from infralens.results import ResultStore, merge_results
-from infralens.runner import run_labs
+from infralens.model.parse import parse_lab
+from infralens.model.starter import RunSpec
 
 SMI = """0, GPU-1f2e3d4c-aaaa-bbbb-cccc-000000000000, NVIDIA H100 80GB HBM3, 81559, 550.54.15
 1, GPU-9a8b7c6d-aaaa-bbbb-cccc-111111111111, NVIDIA H100 80GB HBM3, 81559, 550.54.15

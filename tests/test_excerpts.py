@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from infralens.errors import Mark, Problems
-from infralens.resolve import bind_lines, cut_excerpt, select_lines, slugify
-from infralens.highlight import source_file
-from infralens.models import KeyBlockSpec, LineBinding, Selector
+from infralens.lab.resolve import bind_lines, cut_excerpt, select_lines, slugify
+from infralens.model.starter import KeyBlockSpec, LineBinding, Selector
+from infralens.text.highlight import source_file
 
 pytestmark = pytest.mark.unit
 

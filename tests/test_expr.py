@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
-from infralens.expr import ExprError, evaluate, parse_expr, to_js
+from infralens.model.expr import ExprError, evaluate, parse_expr, to_js
 
 NAMES = frozenset({"layers", "kv_heads", "head_dim", "bytes", "batch", "seq"})
 KV = "2 * layers * kv_heads * head_dim * bytes"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
+from conftest import TESTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import TESTS
 from infralens.errors import InputError
-from infralens.parse import parse_lab, parse_site
+from infralens.model.parse import parse_lab, parse_site
 
 pytestmark = pytest.mark.unit
 

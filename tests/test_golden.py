@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import TESTS, run_infralens
 
 pytestmark = pytest.mark.cli
@@ -54,7 +53,7 @@ def test_sample_site_matches_golden(sample_site: Path, tmp_path: Path, update_go
 
 
 def test_theme_assets_are_served_minified_and_complete(sample_site: Path, tmp_path: Path) -> None:
-    from infralens.assets import minified
+    from infralens.build.assets import minified
 
     out = tmp_path / "output"
     assert run_infralens("build", "--out", str(out), cwd=sample_site).returncode == 0

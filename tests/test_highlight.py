@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infralens.highlight import highlight_lines, python_runs
+from infralens.text.highlight import highlight_lines, python_runs
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import add_starter, run_infralens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import add_starter, run_infralens
-from infralens.claims import printed
 from infralens.errors import Mark, Problem
+from infralens.lab.claims import printed
 
 
 @pytest.mark.unit

@@ -10,7 +10,7 @@ import pytest
 
 from infralens.build import Session, build
 from infralens.errors import InputError
-from infralens.workspace import Workspace
+from infralens.project.workspace import Workspace
 
 pytestmark = pytest.mark.cli
 

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import TESTS, run_infralens
 
 pytestmark = pytest.mark.cli

@@ -41,11 +41,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import REPO, load_starter
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
-
-from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters
 

@@ -8,10 +8,8 @@ Timings are machine-dependent and are never checked here; the starter asserts on
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

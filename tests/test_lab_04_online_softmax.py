@@ -13,7 +13,6 @@ from functools import reduce
 
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -15,7 +15,6 @@ from dataclasses import astuple
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import REPO, load_starter, torch_threads
 
 pytestmark = pytest.mark.starters

@@ -8,10 +8,8 @@ token are the widely quoted 524,288 B (Llama-2-7B) and 131,072 B (Llama-3-8B, Mi
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -14,11 +14,9 @@ the 7B cache is 524,288 bytes per token, exactly 1 GiB at 2,048 tokens.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import yaml
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -7,13 +7,11 @@ bytes, with 16-bit activations and 1-byte dropout masks; full recomputation keep
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
 from conftest import REPO, load_starter
+from torch.utils.checkpoint import checkpoint
 
 pytestmark = pytest.mark.starters
 

@@ -16,7 +16,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

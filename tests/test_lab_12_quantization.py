@@ -12,10 +12,8 @@ down_proj weight of 4096 x 11008.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -16,7 +16,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

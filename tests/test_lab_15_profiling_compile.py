@@ -23,7 +23,6 @@ from collections import Counter
 
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters
@@ -153,7 +152,9 @@ def test_fullgraph_refuses_the_data_dependent_branch() -> None:
 
 
 def test_inductor_fuses_the_chain_into_one_cpp_kernel(one_thread) -> None:
-    from torch._inductor.utils import run_and_get_code  # private: the only way to read the generated source
+    from torch._inductor.utils import (
+        run_and_get_code,  # private: the only way to read the generated source
+    )
 
     config = lab.Config()
     g = torch.Generator().manual_seed(config.seed)

@@ -25,7 +25,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

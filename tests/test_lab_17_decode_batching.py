@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -38,7 +38,6 @@ import re
 
 import pytest
 import torch
-
 from conftest import REPO, load_starter
 
 pytestmark = [pytest.mark.starters, pytest.mark.usefixtures("one_thread")]

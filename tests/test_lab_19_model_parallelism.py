@@ -38,7 +38,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

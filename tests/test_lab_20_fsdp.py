@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-
 from conftest import REPO, load_starter
 
 pytestmark = pytest.mark.starters

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infralens.markdown import outline, python_blocks
-from infralens.search import plain_text
+from infralens.build.search import plain_text
+from infralens.text.markdown import outline, python_blocks
 
 pytestmark = pytest.mark.unit
 
@@ -60,7 +60,7 @@ def test_plain_text_is_what_the_page_shows() -> None:
 
 
 def test_an_image_from_the_network_is_shown_as_a_link_and_a_local_one_as_an_image() -> None:
-    from infralens.markdown import parser
+    from infralens.text.markdown import parser
 
     html = parser().renderInline("![px](https://evil.example/p.png) ![b](//evil.example/b.png) ![fig](fig.png)")
     assert "<img" in html and html.count("<img") == 1 and 'src="fig.png"' in html

@@ -7,15 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import AXE, REPO, run_infralens
-from infralens.claims import figure_line, stated_figures
-from infralens.errors import InputError
+
 from infralens.build import load_project
-from infralens.parse import parse_lab
-from infralens.markdown import Formula, formulas
-from infralens.mathml import MalformedMath, to_mathml
-from infralens.render import Renderer
+from infralens.build.render import Renderer
+from infralens.errors import InputError
+from infralens.lab.claims import figure_line, stated_figures
+from infralens.model.parse import parse_lab
+from infralens.text.markdown import Formula, formulas
+from infralens.text.mathml import MalformedMath, to_mathml
 
 MANIFEST = """\
 number: 1

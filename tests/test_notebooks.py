@@ -9,10 +9,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from conftest import REPO, TESTS
-from infralens.build import load_project, resolve
-from infralens.notebooks import notebook, notebook_path, pieces
+
+from infralens.build import load_project
+from infralens.build.memory import resolve
+from infralens.lab.notebooks import notebook, notebook_path, pieces
 
 SAMPLE = {r.lab.id: r for r in resolve(load_project(TESTS / "sites" / "sample" / "site.yml"))}
 

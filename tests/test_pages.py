@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from infralens.build import load_project
-from infralens.models import SECTIONS, sections_of
+from infralens.model.lab import SECTIONS, sections_of
 
 PROJECT = load_project(REPO / "site.yml")
 LABS = PROJECT.labs
@@ -173,7 +173,7 @@ def test_links_built_from_paths_are_percent_encoded_and_never_a_scheme() -> None
 
 @pytest.mark.unit
 def test_a_page_shows_the_end_of_its_runs_output_within_lines_and_bytes() -> None:
-    from infralens.render import SAMPLE_BYTES, SAMPLE_LINES, sample_lines
+    from infralens.build.render import SAMPLE_BYTES, SAMPLE_LINES, sample_lines
 
     assert sample_lines("a\nb\nc\n") == ["a", "b", "c"]
     many = "\n".join(f"line {n}" for n in range(100))

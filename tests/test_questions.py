@@ -8,13 +8,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TESTS, run_infralens
+
 from infralens.errors import InputError, Mark
-from infralens.models import RunResult
-from infralens.parse import parse_lab
-from infralens.questions import Figure, answered_questions, question_problems, reading
-from infralens.resolve import plain_excerpt
+from infralens.lab.questions import (
+    Figure,
+    answered_questions,
+    question_problems,
+    reading,
+)
+from infralens.lab.resolve import plain_excerpt
+from infralens.model.parse import parse_lab
+from infralens.model.run import RunResult
 
 SITE = TESTS / "sites" / "questions"
 MANIFEST = "labs/lab-01-q.yml"
@@ -178,9 +183,9 @@ def test_a_question_has_an_answer_or_choices_and_known_blocks() -> None:
 
 @pytest.mark.unit
 def test_a_recorded_value_must_be_bound_by_its_block_and_recorded() -> None:
-    from infralens.highlight import source_file
     from infralens.errors import Problems
-    from infralens.resolve import resolve_excerpt
+    from infralens.lab.resolve import resolve_excerpt
+    from infralens.text.highlight import source_file
 
     text = (SITE / MANIFEST).read_text().replace("recorded: {block: per_layer, name: per_layer}", "recorded: {block: per_layer, name: total}")
     problems = Problems()

@@ -8,7 +8,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from conftest import run_infralens
 
 pytestmark = pytest.mark.cli
@@ -121,10 +120,10 @@ def test_an_artifact_that_is_not_an_image_is_offered_as_a_download(sample_site: 
 def test_a_remembered_run_key_is_hashed_again_when_what_every_key_depends_on_changes(sample_site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build remembers each starter's run key while its folder is unchanged; a new tracer or
     probe changes every key without touching a folder, and the build must see the new one."""
-    from infralens import results
     from infralens.build import Session
-    from infralens.parse import parse_lab
-    from infralens.workspace import Workspace
+    from infralens.check import results
+    from infralens.model.parse import parse_lab
+    from infralens.project.workspace import Workspace
 
     ws = Workspace.open(sample_site / "site.yml")
     manifest = next((sample_site / "labs").glob("*.yml"))

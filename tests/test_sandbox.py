@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import add_starter, run_infralens, run_of
-from infralens.sandbox import SandboxUnavailable, open_sandbox
+
+from infralens.check.sandbox import SandboxUnavailable, open_sandbox
 
 pytestmark = pytest.mark.cli
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from conftest import REPO, TESTS, run_infralens
-from infralens.parse import json_schemas
+
+from infralens.model.parse import json_schemas
 
 MANIFESTS = sorted((REPO / "labs").glob("*.yml")) + sorted((TESTS / "sites" / "sample" / "labs").glob("*.yml"))
 
@@ -45,8 +45,10 @@ def test_the_schema_rejects_what_the_build_rejects(case: str) -> None:
 
 @pytest.mark.unit
 def test_every_declared_field_is_in_the_schema_with_its_doc_and_nothing_else_is() -> None:
-    from infralens.models import Lab, Site, Starter
-    from infralens.schema import declarations
+    from infralens.model.lab import Lab
+    from infralens.model.schema import declarations
+    from infralens.model.site import Site
+    from infralens.model.starter import Starter
 
     schemas = json_schemas()
     lab = schemas["lab.schema.json"]

@@ -10,14 +10,12 @@ import tokenize
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TESTS
-from infralens.build import build, render_in_memory
-from infralens.links import check_links
-from infralens.workspace import Workspace
-from infralens.build import load_project
-from infralens.models import SourceFile
-from infralens.search import (
+
+from infralens.build import build, load_project
+from infralens.build.links import check_links
+from infralens.build.memory import render_in_memory, resolve
+from infralens.build.search import (
     SNIPPET,
     documents,
     plain_text,
@@ -28,7 +26,8 @@ from infralens.search import (
     tokens,
     words,
 )
-from infralens.build import resolve
+from infralens.project.workspace import Workspace
+from infralens.text.highlight import SourceFile
 
 REAL = load_project(REPO / "site.yml")
 SAMPLE = load_project(TESTS / "sites" / "sample" / "site.yml")

@@ -11,7 +11,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import Tab
 
 
@@ -327,7 +326,7 @@ import gc, sys, tracemalloc
 from pathlib import Path
 from infralens.build import Session
 from infralens.serve import BuildState, rebuild
-from infralens.workspace import Workspace
+from infralens.project.workspace import Workspace
 
 root = Path(sys.argv[1])
 ws = Workspace.open(root / "site.yml", root / "output")

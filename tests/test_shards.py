@@ -6,14 +6,14 @@ refused, a disagreement reported)."""
 from __future__ import annotations
 
 import json
-import shutil
 import random
+import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_infralens
-from infralens.shards import parse_shard, split
+
+from infralens.check.shards import parse_shard, split
 
 SITE_LABS = sorted(p.stem for p in (REPO / "labs").glob("*.yml"))
 TIMED = [(lab_id, seconds) for lab_id, seconds in zip(SITE_LABS, [3.7, 1.2, 0.4, 5.1, 2.2, 1.9, 0.8, 4.4, 6.0, None, 2.9, 1.1, 3.3, 2.5, 7.8, 1.0, 3.0, 2.2, 9.6, 8.1, 2.4])]

@@ -10,11 +10,11 @@ printed by the lab's runs. Nothing is stored: a test writes nothing into the rep
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO
+
 from infralens.build import load_project
-from infralens.models import run_name
-from infralens.runner import run_labs, runs_of
+from infralens.check.runner import run_labs, runs_of
+from infralens.model.run import run_name
 
 pytestmark = pytest.mark.starters
 

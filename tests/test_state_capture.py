@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from infralens import trace_state
-from infralens.trace_state import capped, statement_names, summarize
+from infralens.child import trace_state
+from infralens.child.trace_state import capped, statement_names, summarize
 
 SCRIPT = Path(trace_state.__file__)
 
@@ -217,7 +217,7 @@ def test_reading_a_tensor_runs_nothing_a_starters_torch_function_mode_sees() -> 
 
 @pytest.mark.cli
 def test_a_markdown_starters_blocks_are_traced_at_their_lines_of_the_md_file(tmp_path: Path) -> None:
-    from infralens.markdown import python_blocks
+    from infralens.text.markdown import python_blocks
 
     text = "# Notes\n\nProse.\n\n```python\nsize = 4 * 1024\nprint(size)\n```\n\nMore prose.\n\n```python\ndouble = size * 2\n```\n"
     starter = tmp_path / "notes.md"

@@ -8,13 +8,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from conftest import TESTS, run_infralens
-from infralens.build import load_project, resolve
+
+from infralens.build import load_project
+from infralens.build.memory import resolve
 from infralens.errors import Mark
-from infralens.models import RunResult, StateChoice
-from infralens.resolve import plain_excerpt, traced_spans
-from infralens.state import LineState, Shown, block_table, page_state, recorded_text, state_script
+from infralens.lab.resolve import plain_excerpt, traced_spans
+from infralens.lab.state import (
+    LineState,
+    Shown,
+    block_table,
+    page_state,
+    recorded_text,
+    state_script,
+)
+from infralens.model.run import RunResult
+from infralens.model.starter import StateChoice
 
 SAMPLE = TESTS / "sites" / "sample"
 LAB_PAGE = "output/labs/lab-01-sample/index.html"

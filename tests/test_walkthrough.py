@@ -4,12 +4,12 @@ bound to any of them by the same strict rules (tests/sites/walkthrough)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import TESTS
+
 from infralens.errors import InputError, Problems
-from infralens.highlight import source_file
-from infralens.parse import parse_lab
-from infralens.resolve import plain_excerpt, resolve_excerpt, traced_spans
+from infralens.lab.resolve import plain_excerpt, resolve_excerpt, traced_spans
+from infralens.model.parse import parse_lab
+from infralens.text.highlight import source_file
 
 pytestmark = pytest.mark.unit
 
@@ -84,7 +84,7 @@ def test_a_text_no_step_shows_names_every_step() -> None:
 
 def test_a_key_block_starter_must_be_a_step_of_the_preview() -> None:
     with pytest.raises(InputError) as caught:
-        lab(with_blocks(f'  - {{name: x, lines: "9", starter: code/lab-01-walk/other.py, note: N.}}\n'))
+        lab(with_blocks('  - {name: x, lines: "9", starter: code/lab-01-walk/other.py, note: N.}\n'))
     assert [str(p) for p in caught.value.problems] == [
         f"{MANIFEST}:18:36: error: key block 'x': starter 'code/lab-01-walk/other.py' is not a step of the preview ('{DECODE}', '{CACHE}')"
     ]

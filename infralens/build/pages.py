@@ -1,0 +1,213 @@
+"""Render stage: each lab that changed → its pages and search documents; the files no lab owns.
+
+Loads the heavy part of a build (Jinja2, Pygments' output, Markdown, notebooks), which a build
+with nothing to render never imports. A lab is parsed (if the read stage did not), resolved and
+rendered in a worker; its search documents go to the cache, from which the index is merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+from infralens.build.assets import MINIFIED, minified
+from infralens.build.plan import BuildState, Unit, UnitRecord
+from infralens.build.read import highlighted, parse_one
+from infralens.build.search import (
+    CHUNK_LABS,
+    chunk_path,
+    chunk_script,
+    index_script,
+    lab_partial,
+)
+from infralens.build.session import Session, Theme
+from infralens.build.workers import PARALLEL_FROM, map_over
+from infralens.check.results import ResultStore
+from infralens.errors import InputError, Mark, Problem, Problems
+from infralens.model.lab import Lab
+from infralens.model.resolved import ResolvedLab
+from infralens.model.run import first_runs
+from infralens.model.site import Site
+from infralens.project.workspace import MARKER_TEXT, SITE_MARKER, Workspace, digest
+from infralens.urls import artifact_url
+
+SEARCH_INDEX = "search-index.js"
+"""Where the search index goes under output/; templates/_search.html points the search box at it."""
+
+
+@dataclass
+class Outcome:
+    """What rendering one lab produced: its files (path → content), or its problems."""
+
+    lab_id: str
+    files: dict[str, str]
+    problems: list[Problem]
+
+
+def render_units(ws: Workspace, site: Site, theme: Theme, units: list[Unit], parsed: dict[str, Lab], session: "Session") -> Iterator[Outcome]:
+    """Render the pages and search documents of these labs, in worker processes when there are many.
+
+    Outcomes come back one by one, so the pages of a cold build are never all in memory at once.
+    """
+    tasks = [(unit, parsed.get(unit.card.id)) for unit in units]
+    in_process = len(tasks) < PARALLEL_FROM or session.jobs < 2
+    context = RenderContext(ws if in_process else replace(ws, memory={}, memory_limit=0), site, theme)
+    return map_over(render_task, tasks, jobs=session.jobs, setup=partial(use_context, context))
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What every lab's rendering shares; handed once to each worker process."""
+
+    ws: Workspace
+    site: Site
+    theme: Theme
+
+
+_WORKER: dict[str, object] = {}
+"""The render context and renderer of this process: set by `use_context` (in a worker, once for the
+pool's life); the renderer is made once per theme, not once per build."""
+
+
+def use_context(context: RenderContext) -> None:
+    _WORKER["context"] = context
+    _WORKER["renderer"] = renderer_for(context.theme)
+
+
+def renderer_for(theme: "Theme"):
+    """Return this process's renderer of a theme, made once: Jinja re-reads a template whose file changed."""
+    made_for = (theme.dirs, theme.compiled)
+    if _WORKER.get("made_for") != made_for:
+        # deferred: the page stack (Jinja2, Markdown, notebooks) takes ~0.2 s to load, and a build with nothing to render never needs it
+        from infralens.build.render import Renderer
+
+        _WORKER["renderer_of_theme"] = Renderer(theme.dirs, theme.compiled)
+        _WORKER["made_for"] = made_for
+    return _WORKER["renderer_of_theme"]
+
+
+def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
+    """Parse (if needed), resolve and render one lab; its problems are returned, not raised."""
+    # deferred: the page stack (Jinja2, Markdown, notebooks) takes ~0.2 s to load, and a build with nothing to render never needs it
+    from infralens.lab.resolve import resolve_excerpt
+
+    unit, lab = task
+    context: RenderContext = _WORKER["context"]  # type: ignore[assignment]
+    renderer = _WORKER["renderer"]
+    if lab is None:
+        lab = parse_one(unit.manifest)
+        if isinstance(lab, InputError):
+            return Outcome(unit.card.id, {}, lab.problems)
+    sources = {path: highlighted(context.ws, path, text) for path, text in unit.sources}
+    problems = Problems()
+    excerpt = resolve_excerpt(lab, sources, problems)
+    if excerpt is None or problems:
+        return Outcome(lab.id, {}, list(problems))
+    resolved = ResolvedLab(lab, excerpt)
+    try:
+        pages = renderer.render_lab_pages(context.site, resolved, sources, dict(unit.runs), unit.nav)
+    except InputError as exc:
+        return Outcome(lab.id, {}, exc.problems)
+    files = {page.path: page.html for page in pages}
+    if context.ws.recall("search", unit.search_key) is None:
+        # The search documents go to the cache, not back to the caller: the index is merged from there.
+        context.ws.store("search", unit.search_key, lab_partial(context.site, resolved, tuple(text for _, text in unit.sources)))
+    return Outcome(lab.id, files, [])
+
+
+def write_shared(
+    ws: Workspace,
+    site: Site,
+    theme: Theme,
+    units: dict[str, Unit],
+    state: BuildState,
+    staging,
+    session: "Session",
+    full: bool,
+) -> dict[str, str]:
+    """Stage the files no single lab owns when they changed: the index, the search index, theme assets, raw starters and run artifacts.
+
+    Returns output path → key of every such file the site has.
+    """
+    present = ws.present({path: stamp for path, (_, stamp) in state.shared.items()})
+    keys: dict[str, str] = {}
+
+    def stage(path: str, key: str, make) -> None:
+        keys[path] = key
+        recorded = state.shared.get(path)
+        if full or recorded is None or recorded[0] != key or path not in present:
+            make(path)
+
+    in_order = sorted(units.values(), key=lambda u: u.card.number)
+    ordered = [unit.card for unit in in_order]
+    runs = {path: result for unit in units.values() for path, result in first_runs(unit.card.starters, dict(unit.runs)).items()}
+    # The index shows each lab's card (a function of its manifest) and each run's status and date.
+    shown_runs = sorted((path, result.status, result.finished) for path, result in runs.items())
+    index_key = digest(theme.key, repr(site), *(unit.manifest.key for unit in in_order), repr(shown_runs))
+
+    def index_file(path: str) -> None:
+        use_context(RenderContext(ws, site, theme))
+        staging.write(path, _WORKER["renderer"].render_index(site, ordered, runs))
+
+    stage("index.html", index_key, index_file)
+    stage(SITE_MARKER, digest(MARKER_TEXT), lambda path: staging.write(path, MARKER_TEXT))
+    def chunk_file(path: str, number: int, members: list[Unit]) -> None:
+        def partials():
+            for unit in members:
+                partial = ws.recall("search", unit.search_key)
+                if partial is None:  # lost from the cache: render the lab again for its documents
+                    use_context(RenderContext(ws, site, theme))
+                    render_task((unit, None))
+                    partial = ws.recall("search", unit.search_key)
+                yield partial
+
+        staging.write(path, chunk_script(number, partials()))
+
+    chunks = []
+    for number, start in enumerate(range(0, len(in_order), CHUNK_LABS)):
+        members = in_order[start : start + CHUNK_LABS]
+        path = chunk_path(number)
+        chunks.append(path)
+        stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
+    stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
+    def asset(path: str, file: Path) -> None:
+        if file.name.endswith(MINIFIED):
+            staging.write(path, minified(file.name, file.read_text(encoding="utf-8")))
+        else:
+            staging.copy(file, path)
+
+    for name, file in theme.assets:
+        stage(f"static/{name}", digest(name, file.read_bytes()), lambda path, f=file: asset(path, f))
+    store = ResultStore(ws.runs_folder())
+    for unit in units.values():
+        for (path, text), text_digest in zip(unit.sources, unit.source_digests):
+            stage(path, text_digest, lambda p, t=text: staging.write(p, t))
+        for (starter_path, device), result in unit.runs:
+            starter = next(s for s in unit.card.starters if s.path == starter_path)
+            folder = store.slot(session.run_key(ws, starter, next(run for run in starter.runs if run.device == device)))
+            for name in result.artifacts:
+                source = folder / name
+                if source.is_file():
+                    stage(artifact_url(unit.card.id, name), digest(source.read_bytes()), lambda p, f=source: staging.copy(f, p))
+    return keys
+
+
+def check_site_links(ws: Workspace, staging, units: dict[str, Unit], kept: dict[str, UnitRecord], shared: dict[str, str]) -> None:
+    """Fail on a broken link or anchor anywhere in the site as it will be after this build."""
+    # deferred: only `build --strict` checks links, and the checker loads the page stack
+    from infralens.build.links import check_links
+    from infralens.build.render import Page
+
+    staged = set(staging.written)
+    every = {path for record in kept.values() for path in record.files} | set(staged) | set(shared)
+
+    def read(path: str) -> str:
+        folder = staging.site if path in staged else ws.out
+        return (folder / path).read_text(encoding="utf-8")
+
+    pages = [Page(path, read(path)) for path in sorted(every) if path.endswith(".html")]
+    broken = [link for link in check_links(pages, every) if link.problem]
+    if broken:
+        raise InputError([Problem(Mark(f"{ws.out.name}/{link.page}", link.line, link.col), link.problem) for link in broken])

@@ -1,0 +1,130 @@
+"""The build pipeline: read → parse → check → resolve → render → index → commit.
+
+Work is per lab. Each lab's pages (its lab page and the source views of its starters) and its
+search documents are keyed by a hash of everything they are made from: its manifest and starter
+texts, site.yml, the theme, the tool's version, the recorded runs of its starters and the few
+neighbours its navigation names. A lab whose key is unchanged, with its files still in output/ as
+the last build left them, is not parsed, rendered or written again. Cold work is spread over the
+cores. The workspace does every read and write; the stages between are pure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from infralens.build.pages import check_site_links, render_units, write_shared
+from infralens.build.plan import BuildState, Unit, UnitRecord, plan
+from infralens.build.read import (
+    digest_manifest,
+    read_and_parse,
+    read_starters,
+    recorded_runs,
+)
+from infralens.build.session import Session, Theme
+from infralens.build.workers import stop_if_asked
+from infralens.errors import InputError, Mark, Problem
+from infralens.model.lab import Lab, LabCard
+from infralens.model.site import Site
+from infralens.project.workspace import SITE_MARKER, Manifest, Workspace
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    """What a successful build did."""
+
+    labs: int
+    """Labs in the site."""
+    rendered: int
+    """Labs whose pages were rendered again (all of them in a cold build)."""
+    pages: int
+    """HTML pages written."""
+    files: int
+    """Other files written: copied starters, theme assets, the search index."""
+    removed: int
+    """Files removed because the site no longer has them."""
+    seconds: float
+    out_dir: Path
+
+
+def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "Session | None" = None) -> BuildSummary:
+    """Build the site into ws.out, redoing only the labs whose inputs changed; raise InputError on any problem.
+
+    With `strict`, a broken internal link or anchor, or a non-http(s) external link, fails the build.
+    With `full`, every lab is rendered again. `session` keeps parsed state between builds of a
+    long-running process (`serve`).
+    """
+    started = time.perf_counter()
+    ws.check_out_dir()
+    with ws.lock():
+        try:
+            return _build(ws, strict=strict, full=full, session=session or Session(), started=started)
+        except OSError as exc:  # output/ or its parent cannot be written: a problem of the input, said as one
+            where = exc.filename or str(ws.out)
+            raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
+
+
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> BuildSummary:
+    state = session.state_for(ws)
+    if full:  # nothing remembered: every starter's run key is hashed again too
+        session.run_keys.clear()
+    if not (state.units or state.shared):
+        ws.check_not_foreign(SITE_MARKER)
+    site_state = state.site
+    site, manifests, cards, parsed, theme, units = prepare(ws, state, session)
+    kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
+    present = ws.present({path: stamp for record in kept.values() for path, stamp in record.files.items()})
+    kept = {lab_id: record for lab_id, record in kept.items() if all(path in present for path in record.files)}
+    dirty = [unit for lab_id, unit in units.items() if lab_id not in kept]
+    staging = ws.staging()
+    try:
+        outcomes: dict[str, list[str]] = {}
+        problems: list[Problem] = []
+        for outcome in render_units(ws, site, theme, dirty, parsed, session):
+            stop_if_asked()
+            problems += outcome.problems
+            if not problems:  # after the first problem, only more problems matter
+                for path, content in outcome.files.items():
+                    staging.write(path, content)
+            outcomes[outcome.lab_id] = list(outcome.files)
+        if problems:
+            raise InputError(problems)
+        shared = write_shared(ws, site, theme, units, state, staging, session, full)
+        if strict:
+            check_site_links(ws, staging, units, kept, shared)
+        produced = {path for files in outcomes.values() for path in files} | set(shared)
+        produced |= {path for record in kept.values() for path in record.files}
+        removed = sorted(ws.strays(produced)) if ws.out.is_dir() else []
+        written = list(staging.written)
+        stop_if_asked()  # the last point where stopping leaves output/ untouched
+        stamps = ws.commit(staging, removed)
+    except BaseException:
+        staging.discard()
+        raise
+    for lab_id, unit in units.items():
+        if lab_id in outcomes:
+            files = {path: stamps[path] for path in outcomes[lab_id]}
+            state.units[lab_id] = UnitRecord(unit.key, files)
+    for lab_id in list(state.units):
+        if lab_id not in units:
+            del state.units[lab_id]
+    state.shared = {path: (key, stamps.get(path) or state.shared[path][1]) for path, key in shared.items()}
+    cards_by_digest = {digest_manifest(m): cards[m.lab_id] for m in manifests}
+    if written or removed or cards_by_digest != state.cards or session.run_keys != state.run_keys or state.site is not site_state:
+        state.cards = cards_by_digest
+        state.run_keys = session.run_keys
+        session.save_state(ws, state)
+    elif session.keep_state:
+        session.save_state(ws, state)
+    html = sum(path.endswith(".html") for path in written)
+    return BuildSummary(len(units), len(outcomes), html, len(written) - html, len(removed), time.perf_counter() - started, ws.out)
+
+
+def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab], "Theme", dict[str, "Unit"]]:
+    """Read and check the project and key every lab's share of the build: all a build does before rendering."""
+    site, manifests, cards, parsed = read_and_parse(ws, state, session)
+    starters = read_starters(ws, cards)
+    runs = recorded_runs(ws, cards, session)
+    theme = session.theme(ws)
+    return site, manifests, cards, parsed, theme, plan(site, manifests, cards, starters, runs, theme.key)

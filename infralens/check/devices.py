@@ -1,0 +1,170 @@
+"""The machine `check` runs on: its CPU, its NVIDIA GPUs, its torch build, and what a run needs of them.
+
+`detect_machine` is the only function here that reads the machine (`/proc/cpuinfo`, `nvidia-smi`,
+the installed torch's `version.py`, never importing torch); the rest is pure, so a run's device
+needs and the hardware line it records can be tested with any machine described by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata, util
+from pathlib import Path
+
+from infralens.model.starter import RunSpec
+
+NVIDIA_SMI_QUERY = "index,uuid,name,memory.total,driver_version"
+"""The columns `detect_machine` asks nvidia-smi for, in order (memory in MiB, with nounits)."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU as nvidia-smi lists it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory: int
+    """Bytes of memory the board has."""
+    driver: str
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a run can use on the machine checking it."""
+
+    cpu: str
+    """The CPU's model name, with its count of logical cores."""
+    python: str
+    torch: str
+    """The installed torch's version, with its build tag (2.13.0+cpu), or 'none'."""
+    cuda: str | None
+    """The CUDA version torch was built with; None for a CPU build (or no torch)."""
+    gpus: tuple[Gpu, ...] = ()
+    """The GPUs a starter may use: those CUDA_VISIBLE_DEVICES lets it see."""
+    hidden: bool = False
+    """True when there are GPUs but CUDA_VISIBLE_DEVICES hides every one of them."""
+
+    def missing(self, run: RunSpec) -> str | None:
+        """Why a run cannot run here ('needs cuda: …'), or None when it can."""
+        if run.device == "cpu":
+            return None
+        if not self.gpus:
+            why = "CUDA_VISIBLE_DEVICES hides every GPU" if self.hidden else "this machine has no NVIDIA GPU (nvidia-smi lists none)"
+            return f"needs cuda: {why}"
+        if self.cuda is None:
+            return f"needs cuda: torch {self.torch} is not a CUDA build"
+        largest = max(self.gpus, key=lambda gpu: gpu.memory)
+        if largest.memory < run.gpu_bytes:
+            return f"needs cuda with {run.gpu_memory} of GPU memory: the largest GPU here has {gib(largest.memory)} ({largest.name})"
+        return None
+
+    def hardware(self, device: str) -> str:
+        """The hardware line a run on `device` records: what a reader needs to compare its figures."""
+        software = f"torch {self.torch}, Python {self.python}"
+        if device == "cpu" or not self.gpus:
+            return f"CPU {self.cpu}; {software}"
+        gpu = self.gpus[0]
+        more = f" (and {len(self.gpus) - 1} more)" if len(self.gpus) > 1 else ""
+        return f"{gpu.name}, {gib(gpu.memory)}{more}; driver {gpu.driver}, CUDA {self.cuda}; {software}; CPU {self.cpu}"
+
+
+def gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def parse_gpus(listing: str) -> tuple[Gpu, ...]:
+    """Read `nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv,noheader,nounits` output."""
+    gpus = []
+    for row in csv.reader(listing.splitlines(), skipinitialspace=True):
+        if len(row) != 5 or not row[0].strip().isdigit():
+            continue
+        index, uuid, name, memory, driver = (cell.strip() for cell in row)
+        try:
+            size = round(float(memory) * 2**20)
+        except ValueError:  # "[N/A]" on some boards
+            size = 0
+        gpus.append(Gpu(int(index), uuid, name, size, driver))
+    return tuple(gpus)
+
+
+def visible(gpus: tuple[Gpu, ...], setting: str | None) -> tuple[Gpu, ...]:
+    """The GPUs CUDA_VISIBLE_DEVICES lets a process see, in its order.
+
+    CUDA reads the list up to its first entry that names no GPU; an entry is an index or a
+    (prefix of a) UUID. Unset: every GPU.
+    """
+    if setting is None:
+        return gpus
+    chosen: list[Gpu] = []
+    for entry in (part.strip() for part in setting.split(",")):
+        match = [gpu for gpu in gpus if (entry.isdigit() and gpu.index == int(entry)) or (entry.startswith("GPU-") and gpu.uuid.startswith(entry))]
+        if len(match) != 1 or match[0] in chosen:
+            break
+        chosen.append(match[0])
+    return tuple(chosen)
+
+
+def torch_cuda(version_py: str) -> str | None:
+    """The CUDA version in the text of torch's version.py (`cuda: Optional[str] = '12.8'`), or None."""
+    found = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", version_py, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def cpu_name(cpuinfo: str, fallback: str, cores: int) -> str:
+    """The CPU's model name from /proc/cpuinfo's text (or the fallback), with its logical cores."""
+    found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    name = re.sub(r"\s+", " ", found.group(1).strip()) if found else fallback or "unknown CPU"
+    return f"{name} ({cores} core{'s' if cores != 1 else ''})"
+
+
+def detect_machine(environ: dict[str, str] | None = None, gpus: bool = True) -> Machine:
+    """Describe this machine. nvidia-smi is asked only when it is on PATH, for 10 s at most, and
+    only with `gpus` (a check with no run on a GPU leaves them out: a CPU run's line names none)."""
+    environ = dict(os.environ) if environ is None else environ
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        cpuinfo = ""
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "none"
+    cuda = None
+    spec = util.find_spec("torch") if torch != "none" else None
+    if spec is not None and spec.submodule_search_locations:
+        try:
+            cuda = torch_cuda(Path(list(spec.submodule_search_locations)[0], "version.py").read_text(encoding="utf-8"))
+        except OSError:
+            cuda = None
+    every: tuple[Gpu, ...] = ()
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH")) if gpus else None
+    if smi is not None:
+        try:
+            listed = subprocess.run([smi, f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            every = parse_gpus(listed.stdout) if listed.returncode == 0 else ()
+        except (OSError, subprocess.TimeoutExpired):
+            every = ()
+    chosen = visible(every, environ.get("CUDA_VISIBLE_DEVICES"))
+    return Machine(
+        cpu=cpu_name(cpuinfo, platform.processor(), os.cpu_count() or 1),
+        python=platform.python_version(),
+        torch=torch,
+        cuda=cuda,
+        gpus=chosen,
+        hidden=bool(every) and not chosen,
+    )
+
+
+def device_files(device: str) -> tuple[str, ...]:
+    """The files under /dev a run on `device` must reach inside the sandbox, whose /dev has none
+    of them: NVIDIA's control, per-GPU and unified-memory devices."""
+    if device != "cuda":
+        return ()
+    return tuple(sorted(str(path) for path in Path("/dev").glob("nvidia*")))

@@ -1,0 +1,730 @@
+"""Calculators: what the parity probe is asked, whether its answers agree, and what a page shows.
+
+Pure. Input: a lab's `Calculator` models and, when `check` has recorded them, the probe's answers
+(infralens/probe.py, stored with the starter's run). Output: the probe's request, the problems of a
+calculator that disagrees with its starter (each at its manifest line), and the values a page
+shows: a table of the defaults and presets with their results, the arithmetic of each result
+with its inputs in place, and the data of the page's "Try it" script. Numbers are shown by
+`show`, which templates/static/calculator.js repeats character for character (tested in Chromium).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
+
+from infralens.errors import Mark, Problem
+from infralens.model.calculator import (
+    CalcOutput,
+    Calculator,
+    PresetTable,
+    Printed,
+    PrintedPreset,
+)
+from infralens.model.expr import (
+    BINARY,
+    COMPARE,
+    EXACT,
+    Expr,
+    ExprError,
+    condition_js,
+    evaluate,
+    holds,
+    parse_call,
+    parse_condition,
+    parse_expr,
+    to_js,
+)
+from infralens.model.lab import Lab, mirrored_starter
+from infralens.model.run import RunResult
+
+Numeric = int | float
+
+CALCULATORS_FILE = "calculators.js"
+"""The lab's calculators for its page's script, beside the page (labs/<id>/calculators.js)."""
+
+
+def chart_file(calc_id: str) -> str:
+    """The file of a calculator's chart, beside the lab page: an image until the script inlines it."""
+    return f"calc-{calc_id}.svg"
+
+
+# ---------------------------------------------------------------- the probe's request
+
+
+def printed_value(printed: Printed, stdout: str) -> Numeric | None:
+    """The number a run printed where the pattern's first group matches, scaled; None if none."""
+    match = re.search(printed.pattern, stdout)
+    try:
+        number = float(match.group(1).replace(",", "")) if match else None
+    except (IndexError, ValueError, TypeError, AttributeError):
+        return None
+    return number * printed.scale if number is not None and math.isfinite(number) else None
+
+
+def printed_values(preset: PrintedPreset, stdout: str) -> dict[str, Numeric] | None:
+    """The values a printed preset reads from a run's output, or None if any figure is missing."""
+    values = {name: printed_value(printed, stdout) for name, printed, _ in preset.printed}
+    return None if any(value is None for value in values.values()) else values
+
+
+def preset_items(calc: Calculator, stdout: str) -> list[dict]:
+    """The presets as the probe takes them, in order: listed values, or a table of the starter.
+    A printed preset is listed with what the run printed; one whose figures are missing is left out."""
+    items = []
+    for preset in calc.presets:
+        if isinstance(preset, PresetTable):
+            items.append({"table": preset.table, "fields": list(preset.fields)})
+        elif isinstance(preset, PrintedPreset):
+            values = printed_values(preset, stdout)
+            items.append({"label": preset.label, "values": values} if values is not None else {"label": preset.label, "missing": True})
+        else:
+            items.append({"label": preset.label, "values": {name: value for name, value, _ in preset.values}})
+    return items
+
+
+def probe_request(calc: Calculator, stdout: str = "") -> dict:
+    """What the probe is asked for one calculator: its mirrors at the defaults and every preset."""
+    names = {i.name for i in calc.inputs}
+    return {
+        "defaults": {i.name: i.default for i in calc.inputs},
+        "choices": {i.name: {name: number for name, number, _ in i.choices} for i in calc.inputs if i.choices},
+        "presets": [item for item in preset_items(calc, stdout) if "missing" not in item],
+        "mirrors": {o.name: parse_call(o.mirrors.text, names) for o in calc.outputs},
+    }
+
+
+def starter_probe(lab: Lab, starter: str, stdout: str = "") -> dict | None:
+    """The probe's request for every calculator of the lab that mirrors this starter, or None.
+    `stdout` is the starter's checked output, where printed presets are read."""
+    calcs = {c.id: probe_request(c, stdout) for c in lab.calculators if mirrored_starter(lab, c) == starter}
+    return {"calculators": calcs} if calcs else None
+
+
+def probe_digest(request: dict | None) -> str:
+    """Identify a request: stored answers count only for the same one (the probe's own version is
+    part of the run's key, results.recorders_digest)."""
+    if request is None:
+        return ""
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:24]
+
+
+# ---------------------------------------------------------------- parity
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a calculator's table: the defaults or a preset, with what the outputs give."""
+
+    label: str
+    values: tuple[tuple[str, Numeric | str], ...]
+    """Each input's value, a choice input by its name."""
+    results: tuple[tuple[str, Numeric], ...]
+    group: str = ""
+    """The group of the preset it comes from ("" for the defaults)."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A calculator and its cases; `verified` when the starter gave the same value for every one."""
+
+    calc: Calculator
+    cases: tuple[Case, ...]
+    verified: bool
+    checked: str = ""
+    """When the run whose probe agreed finished (ISO 8601), when verified."""
+
+
+def outputs_at(calc: Calculator, values: dict[str, Numeric | str]) -> dict[str, Numeric]:
+    """Evaluate every output, in order, at these input values; raise ExprError."""
+    numbers: dict[str, Numeric] = {i.name: i.number(values[i.name]) for i in calc.inputs}
+    results = {}
+    for output in calc.outputs:
+        results[output.name] = numbers[output.name] = evaluate(compiled(output.expr.text, frozenset(numbers)), numbers)
+    return results
+
+
+@lru_cache(maxsize=1024)
+def compiled(text: str, names: frozenset[str]) -> Expr:
+    return parse_expr(text, names)
+
+
+def unmet(calc: Calculator, values: dict[str, Numeric | str]):
+    """The first requirement these input values break (or cannot be computed for), or None."""
+    numbers = {i.name: i.number(values[i.name]) for i in calc.inputs}
+    names = frozenset(numbers)
+    for requirement in calc.requires:
+        try:
+            if not holds(parse_condition(requirement.that.text, names), numbers):
+                return requirement
+        except ExprError:  # `heads % 0`: a condition that cannot be computed does not hold
+            return requirement
+    return None
+
+
+def agrees(ours: Numeric, theirs, tolerance: float) -> bool:
+    """Exactly equal when the starter's value is a whole number a browser holds exactly; else
+    within the relative tolerance (an integer beyond 2**53 is a float on the page)."""
+    if isinstance(theirs, int) and abs(theirs) < EXACT:
+        return ours == theirs
+    if isinstance(theirs, int):
+        return math.isclose(ours, theirs, rel_tol=1e-15)
+    return math.isclose(ours, theirs, rel_tol=tolerance, abs_tol=0.0)
+
+
+def listed_cases(calc: Calculator, stdout: str = "") -> list[tuple[str, dict, str]]:
+    """The defaults and the presets known without the probe: listed ones, and printed ones the
+    output holds (a table's rows need the probe). Each as (label, values, group)."""
+    defaults = {i.name: i.default for i in calc.inputs}
+    cases = [("Defaults", defaults, "")]
+    for preset, item in zip(calc.presets, preset_items(calc, stdout)):
+        if "values" in item:
+            cases.append((item["label"], {**defaults, **item["values"]}, preset.group))
+    return cases
+
+
+def check_calculator(calc: Calculator, answer: dict | None, finished: str = "", stdout: str = "") -> tuple[Checked, list[Problem]]:
+    """Compare a calculator's outputs with the probe's answers, case by case.
+
+    Without answers (no check has probed this version), the cases known without the probe are
+    computed and the result is not verified. A problem points at the manifest: a preset the table
+    gives wrongly at the table's `from`, a printed figure the run did not print at its pattern, a
+    call that failed at its `mirrors`, a disagreeing value at its `expr`.
+    """
+    if answer is None:
+        cases = [Case(label, tuple(values.items()), tuple(outputs_at(calc, values).items()), group) for label, values, group in listed_cases(calc, stdout)]
+        return Checked(calc, tuple(cases), False), []
+    problems: list[Problem] = []
+    for preset in calc.presets:
+        if isinstance(preset, PrintedPreset):
+            for _, printed, _ in preset.printed:
+                if printed_value(printed, stdout) is None:
+                    problems.append(Problem(printed.mark, f"preset {preset.label!r}: the checked run printed nothing that matches {printed.pattern!r} (with a number in its first group)"))
+    if "error" in answer:
+        item = answer.get("item")
+        where = calc.presets[item].mark if isinstance(item, int) and item < len(calc.presets) else calc.mark
+        return Checked(calc, (), False), problems + [Problem(where, f"calculator {calc.id!r}: the starter's presets cannot be read: {answer['error']}")]
+    cases = []
+    wrong: dict[str, list[tuple[str, str, Mark]]] = {}  # output → (case, what went wrong, where), in case order
+    for case in answer["cases"]:
+        label = "Defaults" if case["label"] == "defaults" else case["label"]
+        where = "the defaults" if label == "Defaults" else f"preset {label!r}"
+        item = case.get("item")
+        source = calc.presets[item] if isinstance(item, int) and 0 <= item < len(calc.presets) else None
+        values = case["values"]
+        refused = [p for i in calc.inputs if (p := i.refuse(values.get(i.name)))]
+        if refused:
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: {where} from the starter's table: {refused[0]}"))
+            continue
+        broken = unmet(calc, values)
+        if broken is not None:
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: {where} breaks requires {broken.that.text!r}: {broken.message}"))
+            continue
+        try:
+            results = outputs_at(calc, values)
+        except ExprError as exc:
+            problems.append(Problem(source.mark if source else calc.mark, f"calculator {calc.id!r}: at {where}: {exc.message}"))
+            continue
+        for output in calc.outputs:
+            got = case["answers"].get(output.name, {"error": "no answer"})
+            theirs = got.get("value")
+            theirs = int(theirs) if isinstance(theirs, bool) else theirs  # a yes/no of the starter is 1 or 0
+            if "error" in got:
+                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} raised {got['error']}", output.mirrors.mark))
+            elif not isinstance(theirs, (int, float)):
+                wrong.setdefault(output.name, []).append((where, f"mirrors: at {where}, {output.mirrors.text} gave {json.dumps(theirs)[:80]}, not a number", output.mirrors.mark))
+            elif not agrees(results[output.name], theirs, output.tolerance):
+                said = f"expr: at {where}, {output.name} = {results[output.name]!r} but the starter's {output.mirrors.text} gives {theirs!r}"
+                wrong.setdefault(output.name, []).append((where, said, output.expr.mark))
+        group = source.group if source else ""
+        cases.append(Case(label, tuple((i.name, values[i.name]) for i in calc.inputs), tuple(results.items()), group))
+    for found in wrong.values():  # one problem per output: its first case, and how many more
+        (_, message, mark), rest = found[0], [where for where, _, _ in found[1:]]
+        more = f" (also at {', '.join(rest)})" if rest else ""
+        problems.append(Problem(mark, message + more))
+    return Checked(calc, tuple(cases), not problems, finished if not problems else ""), problems
+
+
+def stored_answers(result: RunResult | None, request: dict | None) -> dict | None:
+    """The probe's answers a stored run holds for this very request, or None."""
+    if result is None or request is None or not result.passed or result.probed != probe_digest(request):
+        return None
+    try:
+        answers = json.loads(result.answers)
+    except ValueError:
+        return None
+    return answers.get("calculators") if isinstance(answers, dict) else None
+
+
+def check_lab_calculators(lab: Lab, runs: dict[str, RunResult]) -> tuple[list[Checked], list[Problem]]:
+    """Check every calculator of a lab against the answers its starter's stored run holds."""
+    checked, problems = [], []
+    for calc, one, found in _each(lab, runs):
+        checked.append(one)
+        problems += found
+    return checked, problems
+
+
+def calculator_problems(lab: Lab, runs: dict[str, RunResult]) -> dict[str, list[Problem]]:
+    """The problems of a lab's calculators, by the starter each mirrors."""
+    found: dict[str, list[Problem]] = {}
+    for calc, _, problems in _each(lab, runs):
+        found.setdefault(mirrored_starter(lab, calc), []).extend(problems)
+    return found
+
+
+def _each(lab: Lab, runs: dict[str, RunResult]):
+    for calc in lab.calculators:
+        path = mirrored_starter(lab, calc)
+        result = runs.get(path)
+        stdout = result.stdout if result is not None and result.passed else ""
+        answers = stored_answers(result, starter_probe(lab, path, stdout))
+        one, problems = check_calculator(calc, answers.get(calc.id) if answers else None, result.finished if result else "", stdout)
+        yield calc, one, problems
+
+
+# ---------------------------------------------------------------- showing numbers
+
+
+UNSHOWN = 1e21
+"""From here on a number is shown as "> 1e21": the page's number formatting stops being exact."""
+TINY = 1e-6
+"""Below this (and above 0) a number is shown as "< 1e-6"."""
+
+
+def fixed(value: float, decimals: int) -> str:
+    """The value rounded half away from zero to `decimals` places, as JavaScript's toFixed does
+    (which writes -0 as 0)."""
+    return str(Decimal(value if value != 0 else 0).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
+
+
+def grouped(digits: str) -> str:
+    """Put thousands separators into the whole part of a decimal string."""
+    sign = "-" if digits.startswith("-") else ""
+    whole, _, fraction = digits.lstrip("-").partition(".")
+    parts = []
+    while len(whole) > 3:
+        parts.insert(0, whole[-3:])
+        whole = whole[:-3]
+    parts.insert(0, whole)
+    return sign + ",".join(parts) + ("." + fraction if fraction else "")
+
+
+def significant(value: Numeric, digits: int = 3) -> str:
+    """`digits` significant digits below 1,000 (trailing zeros dropped), whole with separators above."""
+    if value == 0:
+        return "0"
+    size = abs(value)
+    if size >= UNSHOWN:
+        return ("-" if value < 0 else "") + "> 1e21"
+    if size < TINY:
+        return ("-" if value < 0 else "") + "< 1e-6"
+    if size >= 1000:
+        return grouped(fixed(value, 0))
+    decimals, scaled = 0, size
+    while scaled < 10 ** (digits - 1):  # multiplied by ten, never a logarithm: the page does the same
+        decimals, scaled = decimals + 1, scaled * 10
+    text = fixed(value, decimals)
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "0") else grouped(text)
+
+
+SI = ("", "k", "M", "G", "T", "P", "E")
+IEC = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def scaled(value: Numeric, base: int, prefixes: tuple[str, ...], digits: int = 3) -> tuple[str, str]:
+    """The value in the largest unit it reaches (to `digits` significant digits) and that unit's prefix."""
+    index, size = 0, abs(value)
+    while index < len(prefixes) - 1 and size >= base ** (index + 1):
+        index += 1
+    return significant(value / base**index, digits), prefixes[index]
+
+
+def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None, digits: int = 3) -> str:
+    """The text a page shows for an output (see models.FORMATS), to `digits` significant digits."""
+    after = f" {unit}" if unit else ""
+    if fmt == "label" and labels and float(value).is_integer() and 0 <= value < len(labels):
+        return labels[int(value)]
+    if fmt == "int":
+        return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
+    if fmt in ("bytes", "bytes-iec"):
+        number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC, digits)
+        if prefix and float(value).is_integer() and abs(value) < UNSHOWN:
+            return f"{number} {prefix}B ({grouped(fixed(value, 0))} B){after}"
+        return f"{number} {prefix}B{after}"
+    if fmt == "si":
+        number, prefix = scaled(value, 1000, SI, digits)
+        return f"{number} {prefix}{unit or ''}".rstrip()
+    if fmt == "ratio":
+        return f"{significant(value, digits)}×{after}"
+    if fmt == "percent":
+        return f"{significant(value * 100, digits)}%{after}"
+    return significant(value, digits) + after
+
+
+def shown(output: CalcOutput, value: Numeric) -> str:
+    """An output's value as its format shows it."""
+    return show(value, output.format, output.unit, output.labels, output.digits)
+
+
+def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = False) -> str:
+    """An input's value as the table shows it: a choice's name, or the number, with its unit
+    unless `bare` (the row's heading says it)."""
+    field = calc.input(name)
+    unit = f" {field.unit}" if field.unit and not bare else ""
+    if field.choices is not None:
+        return f"{value} ({significant(field.number(value))}{unit})"
+    return significant(value / field.scale) + unit
+
+
+def headed(label: str, unit: str | None) -> str:
+    """A table row's heading: the label, and the unit of its cells when they leave it out and the
+    label does not already say it ("Layers", not "Layers (layers)")."""
+    return f"{label} ({unit})" if unit and unit.lower() not in label.lower() else label
+
+
+# ---------------------------------------------------------------- the arithmetic shown
+
+
+Piece = str | tuple[str]
+"""A piece of an arithmetic line: text, or (name,) where the value of that input or output goes."""
+
+_SHOWN_BINARY = {"+": " + ", "-": " − ", "*": " × ", "/": " ÷ ", "%": " mod "}
+_SHOWN_COMPARE = {"<": " < ", "<=": " ≤ ", ">": " > ", ">=": " ≥ ", "==": " = ", "!=": " ≠ "}
+_PRECEDENCE = {"if": 0, "or": 1, "and": 2, "not": 3, "compare": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 7, "%": 6, "unary": 8, "**": 9, "atom": 10}
+
+
+def arithmetic(expr: Expr) -> tuple[Piece, ...]:
+    """The expression as a reader writes it (× ÷ ⌈ ⌉ ⌊ ⌋ and powers as ^), with a slot per name."""
+    pieces: list[Piece] = []
+    _pieces(expr.tree, pieces)
+    merged: list[Piece] = []
+    for piece in pieces:
+        if piece == "":
+            continue
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return tuple(merged)
+
+
+def _level(node: ast.AST) -> int:
+    if isinstance(node, ast.BinOp):
+        return _PRECEDENCE[BINARY[type(node.op)]]
+    if isinstance(node, ast.UnaryOp):
+        return _PRECEDENCE["not" if isinstance(node.op, ast.Not) else "unary"]
+    if isinstance(node, ast.BoolOp):
+        return _PRECEDENCE["and" if isinstance(node.op, ast.And) else "or"]
+    if isinstance(node, ast.Compare):
+        return _PRECEDENCE["compare"]
+    if isinstance(node, ast.IfExp):
+        return _PRECEDENCE["if"]
+    return _PRECEDENCE["atom"]
+
+
+def _wrapped(node: ast.AST, pieces: list[Piece], above: int, strict: bool = False) -> None:
+    level = _level(node)
+    paren = level < above or (strict and level == above)
+    pieces.append("(" if paren else "")
+    _pieces(node, pieces)
+    pieces.append(")" if paren else "")
+
+
+def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
+    if isinstance(node, ast.Constant):
+        pieces.append(significant(node.value) if isinstance(node.value, float) else grouped(str(node.value)))
+    elif isinstance(node, ast.Name):
+        pieces.append((node.id,))
+    elif isinstance(node, ast.BinOp):
+        op = BINARY[type(node.op)]
+        if op == "//":  # floor division reads as the floor of a quotient
+            pieces.append("⌊")
+            _wrapped(node.left, pieces, _PRECEDENCE["/"])
+            pieces.append(" ÷ ")
+            _wrapped(node.right, pieces, _PRECEDENCE["/"], strict=True)
+            pieces.append("⌋")
+            return
+        level = _PRECEDENCE[op]
+        if op == "**":
+            _wrapped(node.left, pieces, level, strict=True)
+            pieces.append("^")
+            _wrapped(node.right, pieces, level)
+            return
+        _wrapped(node.left, pieces, level)
+        pieces.append(_SHOWN_BINARY[op])
+        _wrapped(node.right, pieces, level, strict=op in ("-", "/", "%"))
+    elif isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.Not):
+            pieces.append("not ")
+            _wrapped(node.operand, pieces, _PRECEDENCE["not"])
+        else:
+            pieces.append("−" if isinstance(node.op, ast.USub) else "+")
+            _wrapped(node.operand, pieces, _PRECEDENCE["unary"])
+    elif isinstance(node, ast.Compare):
+        _wrapped(node.left, pieces, _PRECEDENCE["compare"], strict=True)
+        pieces.append(_SHOWN_COMPARE[COMPARE[type(node.ops[0])]])
+        _wrapped(node.comparators[0], pieces, _PRECEDENCE["compare"], strict=True)
+    elif isinstance(node, ast.BoolOp):
+        word = " and " if isinstance(node.op, ast.And) else " or "
+        for index, value in enumerate(node.values):
+            pieces.append(word if index else "")
+            _wrapped(value, pieces, _level(node), strict=True)
+    elif isinstance(node, ast.IfExp):
+        _wrapped(node.body, pieces, _PRECEDENCE["if"], strict=True)
+        pieces.append(" if ")
+        _wrapped(node.test, pieces, _PRECEDENCE["if"], strict=True)
+        pieces.append(" else ")
+        _wrapped(node.orelse, pieces, _PRECEDENCE["if"])
+    elif isinstance(node, ast.Call):
+        name = node.func.id
+        if name in ("ceil", "floor", "abs"):
+            left, right = {"ceil": ("⌈", "⌉"), "floor": ("⌊", "⌋"), "abs": ("|", "|")}[name]
+            pieces.append(left)
+            _pieces(node.args[0], pieces)
+            pieces.append(right)
+            return
+        pieces.append({"sqrt": "√(", "log2": "log₂("}.get(name, f"{name}("))
+        for index, arg in enumerate(node.args):
+            pieces.append(", " if index else "")
+            _pieces(arg, pieces)
+        pieces.append(")")
+
+
+# ---------------------------------------------------------------- the page's script
+
+
+def calculator_data(checked: Checked) -> dict:
+    """What the page's script needs of one calculator: fields, presets, and each output compiled."""
+    calc = checked.calc
+    cases = page_cases(checked)
+    names = {i.name for i in calc.inputs}
+    outputs = []
+    for output in calc.outputs:
+        expr = compiled(output.expr.text, frozenset(names))
+        names.add(output.name)
+        outputs.append({
+            "name": output.name,
+            "label": output.label,
+            "format": output.format,
+            "unit": output.unit or "",
+            "labels": list(output.labels or ()),
+            "digits": output.digits,
+            "pieces": [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in arithmetic(expr)],
+            "js": to_js(expr),
+        })
+    return {
+        "inputs": [{
+            "name": i.name, "label": i.label, "unit": i.unit or "", "whole": i.whole, "scale": i.scale,
+            "min": i.min, "max": i.max,
+            "choices": {name: number for name, number, _ in i.choices} if i.choices else None,
+        } for i in calc.inputs],
+        "presets": [{"label": case.label, "group": case.group, "values": dict(case.values)} for case in cases],
+        "groups": calc.groups(),
+        "chart": chart_data(calc, cases),
+        "requires": [r.message for r in calc.requires],
+        "outputs": outputs,
+    }
+
+
+def chart_data(calc: Calculator, cases: tuple[Case, ...]) -> dict | None:
+    """What the script needs to move the roofline's marker: the inputs it reads and the axes."""
+    if calc.chart is None or not cases:
+        return None
+    view = roofline_view(calc, cases)
+    lx0, lx1, ly0, ly1 = view.span
+    return {
+        "x": calc.chart.x, "y": calc.chart.y, "peak": calc.chart.peak, "bandwidth": calc.chart.bandwidth,
+        "box": [view.left, view.top, view.right, view.bottom], "span": [lx0, lx1, ly0, ly1],
+    }
+
+
+def calculators_script(checked: list[Checked]) -> str:
+    """The lab's calculators as a script the page loads on first use: data plus compiled functions."""
+    parts = []
+    for one in checked:
+        data = calculator_data(one)
+        functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
+        names = frozenset(i.name for i in one.calc.inputs)
+        conditions = ", ".join(f"(v) => {condition_js(parse_condition(r.that.text, names))}" for r in one.calc.requires)
+        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, holds: [{conditions}]}})")
+    return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
+
+
+# ---------------------------------------------------------------- the page
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a calculator's table: an input or an output, with its value in each case."""
+
+    label: str
+    output: bool
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CalcView:
+    """What a lab page shows of one calculator (templates/_calc.html)."""
+
+    calc: Calculator
+    verified: bool
+    checked: str
+    functions: tuple[str, ...]
+    """The starter's functions its outputs mirror, in order."""
+    cases: tuple[str, ...]
+    rows: tuple[Row, ...]
+    constant: tuple[str, ...]
+    """The inputs no column changes, each as 'label value', said once."""
+    chart: "RooflineView | None" = None
+
+
+def page_cases(checked: Checked) -> tuple[Case, ...]:
+    """The cases a page shows, defaults first: a preset equal to the defaults in every input stands
+    for them (and the table shows one column, not two alike)."""
+    cases = checked.cases
+    if not cases:
+        return cases
+    twin = next((case for case in cases[1:] if case.values == cases[0].values), None)
+    if twin is None:
+        return cases
+    # It keeps its group: "A100 (defaults)" among the hardware switches the hardware, not the operator.
+    merged = replace(cases[0], label=f"{twin.label} (defaults)", group=twin.group)
+    return (merged, *(case for case in cases[1:] if case is not twin))
+
+
+def calculator_view(checked: Checked) -> CalcView:
+    """The page's view of a checked calculator: the table of cases and the results at the defaults."""
+    calc = checked.calc
+    names = {i.name for i in calc.inputs}
+    functions = tuple(dict.fromkeys(parse_call(o.mirrors.text, names)["call"] for o in calc.outputs))
+    cases = page_cases(checked)
+    # Units go in the row's heading, once, where a format does not write its own (bytes, FLOP/s, %).
+    inputs = [Row(headed(i.label, i.unit), False, tuple(show_input(calc, i.name, dict(case.values)[i.name], bare=True) for case in cases)) for i in calc.inputs]
+    # An input no column changes is said once, under the table, not repeated in every column.
+    constant = tuple(f"{row.label} {row.cells[0]}" for row in inputs if len(cases) > 1 and len(set(row.cells)) == 1)
+    rows = [row for row in inputs if len(cases) == 1 or len(set(row.cells)) > 1]
+    bare = {"number", "int"}
+    rows += [Row(headed(o.label, o.unit if o.format in bare else None), True,
+                 tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels, o.digits) for case in cases)) for o in calc.outputs]
+    chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
+    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
+
+
+# ---------------------------------------------------------------- the roofline picture
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    """Pixels along its axis."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Roof:
+    label: str
+    path: str
+    """SVG path data of the roof, in the picture's pixels."""
+    ridge: tuple[float, float] | None
+    """Where the slope meets the flat roof, in pixels, when it is inside the picture."""
+    label_at: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Dot:
+    """An operator on the chart, numbered in the table's column order."""
+
+    number: int
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class RooflineView:
+    """A log-log roofline drawn at build: one roof per hardware case, one dot per operator case at
+    the defaults' hardware, and the marker at the defaults, which the page's script moves."""
+
+    width: int
+    height: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+    x_ticks: tuple[Tick, ...]
+    y_ticks: tuple[Tick, ...]
+    roofs: tuple[Roof, ...]
+    dots: tuple[Dot, ...]
+    marker: tuple[float, float]
+    current: str
+    """The path of the roof at the current inputs (the defaults' roof, until the script moves it)."""
+    summary: str
+    span: tuple[float, float, float, float]
+    """The decades shown: log10 of the x range and of the y range."""
+
+
+WIDTH, HEIGHT = 640, 380
+LEFT, RIGHT, TOP, BOTTOM = 70, 610, 14, 334
+
+
+def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
+    """Lay out a calculator's roofline: the decades its cases need, the roofs, the operators."""
+    chart = calc.chart
+    assert chart is not None
+    groups = calc.groups()
+    hardware_groups = {g for g, names in groups.items() if chart.peak in names or chart.bandwidth in names}
+    operator_groups = {g for g, names in groups.items() if chart.x in names} - hardware_groups
+    numbers = [{i.name: i.number(v) for i, (_, v) in zip(calc.inputs, case.values)} | dict(case.results) for case in cases]
+    roofs_at: dict[tuple[float, float], str] = {}
+    for case, at in zip(cases, numbers):
+        if case.group in hardware_groups or case is cases[0]:
+            roofs_at.setdefault((at[chart.peak], at[chart.bandwidth]), case.label)
+    operators = [(case, at) for case, at in zip(cases, numbers) if case.group in operator_groups]
+    xs = [at[chart.x] for at in numbers] + [peak / bandwidth for peak, bandwidth in roofs_at]
+    x_input = calc.input(chart.x)
+    lx0 = max(math.floor(math.log10(min(xs) / 2)), math.floor(math.log10(x_input.min)))
+    lx1 = min(math.ceil(math.log10(max(xs) * 2)), math.ceil(math.log10(x_input.max)))
+    ys = [at[chart.y] for at in numbers] + [min(peak, 10**lx0 * bandwidth) for peak, bandwidth in roofs_at] + [peak for peak, _ in roofs_at]
+    ly0, ly1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys) * 1.5))
+
+    def px(x: float) -> float:
+        return round(LEFT + (math.log10(x) - lx0) / (lx1 - lx0) * (RIGHT - LEFT), 1)
+
+    def py(y: float) -> float:
+        return round(BOTTOM - (math.log10(y) - ly0) / (ly1 - ly0) * (BOTTOM - TOP), 1)
+
+    roofs = []
+    for (peak, bandwidth), label in roofs_at.items():
+        path, ridge = roof_path(peak, bandwidth, lx0, lx1, ly0, px, py)
+        roofs.append(Roof(label, path, ridge, (RIGHT - 4, py(peak) - 5)))
+    dots = tuple(Dot(n, px(at[chart.x]), py(at[chart.y])) for n, (_, at) in enumerate(operators, 1))
+    first = numbers[0]
+    x_ticks = tuple(Tick(px(10.0**k), significant(10.0**k)) for k in range(lx0, lx1 + 1))
+    y_ticks = tuple(Tick(py(10.0**k), "".join(scaled(10.0**k, 1000, SI))) for k in range(ly0, ly1 + 1))
+    y_output = next(o for o in calc.outputs if o.name == chart.y)
+    summary = "; ".join(f"{label}: flat at {show(peak, 'si', y_output.unit)} from {significant(peak / bandwidth)} FLOP/B" for (peak, bandwidth), label in roofs_at.items())
+    return RooflineView(
+        WIDTH, HEIGHT, LEFT, TOP, RIGHT, BOTTOM, x_ticks, y_ticks, tuple(roofs), dots,
+        (px(first[chart.x]), py(first[chart.y])), roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
+        summary, (lx0, lx1, ly0, ly1),
+    )
+
+
+def roof_path(peak: float, bandwidth: float, lx0: int, lx1: int, ly0: int, px, py) -> tuple[str, tuple[float, float] | None]:
+    """The roof min(peak, x × bandwidth) across the picture, and its ridge point if inside it."""
+    x0, x1, ridge = 10.0**lx0, 10.0**lx1, peak / bandwidth
+    start = max(x0, 10.0**ly0 / bandwidth)  # where the slope enters above the bottom edge
+    points = [(start, min(peak, start * bandwidth))]
+    if start < ridge < x1:
+        points.append((ridge, peak))
+    points.append((x1, min(peak, x1 * bandwidth)))
+    path = "M" + " L".join(f"{px(x)} {py(y)}" for x, y in points)
+    return path, (px(ridge), py(peak)) if start < ridge < x1 else None

@@ -1,0 +1,152 @@
+"""Notebooks: a Python starter as a Jupyter notebook a reader can open or upload to Colab.
+
+Pure. Input: a lab, one of its starters' text and, for the previewed starter, its bound key blocks.
+Output: the notebook (nbformat 4 JSON). The starter is cut into cells at its top-level statements:
+the module docstring becomes the title cell, imports and constants stay together, each function or
+class (with the comments and decorators above it) is a cell of its own, and the part under
+`if __name__ == "__main__":` is the last cell, run as `python starter.py` runs it (with no
+arguments); a starter whose processes import it by its file (multiprocessing's spawn) ends with a
+cell that writes the file and one that runs it. Each key block's note becomes a Markdown cell
+before the cell holding its first line.
+The starter file stays the source of truth: a notebook is generated with every build.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import nbformat
+from nbformat import v4
+
+from infralens.model.lab import Lab
+from infralens.model.resolved import KeyBlock
+from infralens.model.starter import Starter
+
+
+def notebook_path(starter_path: str) -> str:
+    """Where a starter's notebook is published: beside its raw file (`code/lab/x.py` → `x.ipynb`)."""
+    return str(PurePosixPath(starter_path).with_suffix(".ipynb"))
+
+
+def has_notebook(starter: Starter) -> bool:
+    return starter.path.endswith(".py")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of whole lines of the starter that becomes one code cell (1-based, inclusive)."""
+
+    first: int
+    last: int
+    main: bool = False
+    """The body of `if __name__ == "__main__":`, run as the script runs it."""
+
+
+def pieces(text: str) -> list[Piece] | None:
+    """Cut a module into cells at its top-level statements; None if it does not parse. A cell
+    starts right after the statement before it, so the comments above a function go with it."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    body = tree.body
+    previous_end = 0
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        previous_end = body[0].end_lineno or body[0].lineno  # the docstring is the title cell
+        body = body[1:]
+    cut: list[Piece] = []
+    group_start: int | None = None
+    for statement in body:
+        start, end = previous_end + 1, statement.end_lineno or statement.lineno
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(statement):
+            if group_start is not None:
+                cut.append(Piece(group_start, previous_end))
+                group_start = None
+            main = _is_main_guard(statement)
+            cut.append(Piece(statement.body[0].lineno if main else start, end, main=main))
+        elif group_start is None:
+            group_start = start
+        previous_end = end
+    if group_start is not None:
+        cut.append(Piece(group_start, previous_end))
+    return cut
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    test = getattr(statement, "test", None)
+    return (
+        isinstance(statement, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def needs_its_file(tree: ast.Module) -> bool:
+    """Whether the starter starts processes that import it by its file (multiprocessing's spawn,
+    or its own `__file__`), which a notebook's cells are not."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "__file__":
+            return True
+        if isinstance(node, ast.Constant) and node.value == "spawn" or isinstance(node, ast.Attribute) and node.attr == "spawn":
+            return True
+    return False
+
+
+def _code(lines: list[str], piece: Piece, script: str) -> str:
+    chunk = "\n".join(lines[piece.first - 1 : piece.last])
+    if piece.main:
+        # A notebook's kernel has arguments of its own: run with none, as `python script` does.
+        chunk = f"import sys\nsys.argv = [{script!r}]  # the defaults, as `python {script}` runs\n\n" + textwrap.dedent(chunk)
+    kept = [line for line in chunk.strip("\n").split("\n") if not _marker(line)]
+    return "\n".join(kept).strip("\n")
+
+
+def _marker(line: str) -> bool:
+    """A `# region NAME` / `# endregion` line: for editors and the page, not for the notebook."""
+    stripped = line.strip()
+    return stripped == "# endregion" or stripped.startswith("# region ")
+
+
+def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...] = ()) -> str | None:
+    """The notebook of a Python starter, as JSON text; None when the starter does not parse."""
+    cut = pieces(text)
+    if cut is None:
+        return None
+    lines = text.split("\n")
+    script = PurePosixPath(starter.path).name
+    docstring = ast.get_docstring(ast.parse(text)) or ""
+    title = f"# Lab {lab.number:02d}: {lab.title}\n\n`{starter.path}`: {starter.role}"
+    intro = f"{title}\n\n{docstring}\n\n*Generated from the starter by `infralens build`; the starter file is the source of truth. Run the cells in order.*"
+    cells = [v4.new_markdown_cell(intro.replace("\n\n\n", "\n\n"))]
+    by_file = needs_its_file(ast.parse(text))
+    for piece in cut:
+        for block in sorted((b for b in blocks if piece.first <= b.first <= piece.last), key=lambda b: b.first):
+            where = f"line {block.first}" if block.first == block.last else f"lines {block.first}–{block.last}"
+            cells.append(v4.new_markdown_cell(f"**Note {block.ordinal}: {block.name}** ({where})\n\n{block.note}"))
+        if piece.main and by_file:
+            # Its processes import the starter by its file: write the file, then run it as a script.
+            cells.append(v4.new_markdown_cell(
+                f"This starter starts processes that import it by its file ({'multiprocessing' if 'spawn' in text else 'its own path'}), "
+                f"which the cells above are not: the next cells write `{script}` and run it as `python {script}` does."))
+            cells.append(v4.new_code_cell(f"%%writefile {script}\n{text.rstrip()}"))
+            cells.append(v4.new_code_cell(
+                f"import subprocess, sys\n\ndone = subprocess.run([sys.executable, {script!r}], capture_output=True, text=True)\n"
+                "print(done.stdout, end=\"\")\nprint(done.stderr, end=\"\", file=sys.stderr)\ndone.check_returncode()"))
+            continue
+        code = _code(lines, piece, script)
+        if code:
+            cells.append(v4.new_code_cell(code))
+    for number, cell in enumerate(cells, 1):
+        cell["id"] = f"cell-{number}"  # nbformat draws random ids: a build must write the same bytes twice
+    book = v4.new_notebook(cells=cells, metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    })
+    return nbformat.writes(book)

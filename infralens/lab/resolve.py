@@ -1,0 +1,325 @@
+"""Resolve stage: a lab's preview selector and key blocks + its starter's lines → an Excerpt.
+
+Pure: takes the highlighted SourceFile, returns an Excerpt or records problems that point at the
+manifest line. Never falls back to the whole file and never returns an empty excerpt.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from infralens.child.trace_state import python_of, statement_names
+from infralens.errors import Problems, did_you_mean
+from infralens.model.lab import Lab
+from infralens.model.resolved import Excerpt, KeyBlock, Part
+from infralens.model.schema import parse_range
+from infralens.model.starter import KeyBlockSpec, Selector
+from infralens.text.highlight import SourceFile, SourceLine, source_file
+from infralens.text.markdown import outline, python_blocks
+
+# Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
+_MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
+
+
+def is_marker(text: str) -> bool:
+    """Say whether a line is a region marker, which pages never show."""
+    return _MARKER.match(text) is not None
+
+
+def select_lines(source: SourceFile, selector: Selector, problems: Problems) -> tuple[int, int] | None:
+    """Return the real (first, last) line numbers the selector names, or None with a problem added."""
+    select = {"region": _region, "symbol": _symbol, "lines": _line_range, "heading": _heading}[selector.kind]
+    found = select(source, selector.value)
+    if isinstance(found, str):
+        problems.add(selector.mark, found)
+        return None
+    return found
+
+
+def _region(source: SourceFile, name: str) -> tuple[int, int] | str:
+    stack: list[tuple[str, int]] = []
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
+    for line in source.lines:
+        match = _MARKER.match(line.text)
+        if not match:
+            continue
+        if match.group("end"):
+            if not stack:
+                return f"{source.path}:{line.number}: '# endregion' without a matching '# region'"
+            opened, start = stack.pop()
+            if opened == name:
+                spans.append((start + 1, line.number - 1))
+        else:
+            opened = (match.group("name") or "").strip()
+            stack.append((opened, line.number))
+            names.append(opened)
+    if stack:
+        opened, start = stack[-1]
+        return f"{source.path}:{start}: region {opened!r} is never closed with '# endregion'"
+    if not spans:
+        known = ", ".join(repr(n) for n in names) or "none"
+        return f"region {name!r} not found in {source.path} (regions there: {known})"
+    if len(spans) > 1:
+        return f"region {name!r} occurs {len(spans)} times in {source.path}; region names must be unique"
+    return spans[0]
+
+
+def _symbol(source: SourceFile, name: str) -> tuple[int, int] | str:
+    if not source.path.endswith(".py"):
+        return f"symbol selects Python code, but {source.path} is not a .py file"
+    try:
+        tree = ast.parse(source.text, filename=source.path)
+    except SyntaxError as exc:
+        return f"cannot parse {source.path}:{exc.lineno}: {exc.msg}"
+    except (MemoryError, RecursionError, ValueError) as exc:  # nesting or chains too deep for the parser
+        return f"cannot parse {source.path}: too deeply nested for Python's parser ({type(exc).__name__})"
+    scope: list[ast.stmt] = tree.body
+    node = None
+    for part in name.split("."):
+        node = next(
+            (n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part),
+            None,
+        )
+        if node is None:
+            defined = sorted(
+                n.name for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            )
+            return f"symbol {name!r} not found in {source.path}{did_you_mean(part, defined)}"
+        scope = node.body
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return first, node.end_lineno or node.lineno
+
+
+def _line_range(source: SourceFile, value: str) -> tuple[int, int] | str:
+    first, last = parse_range(value)  # the manifest stage already checked the shape
+    if last > len(source.lines):
+        return f"lines {first}-{last} are past the end of {source.path} ({len(source.lines)} lines)"
+    return first, last
+
+
+def _heading(source: SourceFile, title: str) -> tuple[int, int] | str:
+
+    headings = outline(source.text).headings
+    hits = [h for h in headings if h.title == title]
+    if not hits:
+        return f"heading {title!r} not found in {source.path}{did_you_mean(title, [h.title for h in headings])}"
+    if len(hits) > 1:
+        return f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h.line) for h in hits)})"
+    start = hits[0]
+    end = next((h.line - 1 for h in headings if h.line > start.line and h.level <= start.level), len(source.lines))
+    return start.line, end
+
+
+def cut_excerpt(source: SourceFile, first: int, last: int) -> tuple[SourceLine, ...]:
+    """Return lines first..last without marker lines and without blank lines at either end."""
+    lines = [line for line in source.lines[first - 1 : last] if not is_marker(line.text)]
+    while lines and not lines[0].text.strip():
+        lines.pop(0)
+    while lines and not lines[-1].text.strip():
+        lines.pop()
+    return tuple(lines)
+
+
+def slugify(name: str) -> str:
+    """Turn a key-block name into an id fragment: 'Setup / contract' → 'setup-contract'."""
+    slug = re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-")
+    return slug or "block"
+
+
+def bind_lines(lines: tuple[SourceLine, ...], spec: KeyBlockSpec, where: str) -> tuple[int, int] | str:
+    """Return the real (first, last) lines a key block names inside the excerpt, or why it can't."""
+    binding = spec.lines
+    shown = f"{where}:{lines[0].number}-{lines[-1].number}"
+    if binding.kind == "range":
+        numbers = {line.number for line in lines}
+        if binding.first < lines[0].number or binding.last > lines[-1].number:
+            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} are outside the excerpt ({shown})"
+        if binding.first not in numbers or binding.last not in numbers:
+            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} start or end on a hidden marker line"
+        return binding.first, binding.last
+    hits = [line for line in lines if binding.text in line.text]
+    if not hits:
+        return f"key block {spec.name!r}: text {binding.text!r} matches no line of the excerpt ({shown})"
+    if len(hits) > 1:
+        numbers = ", ".join(str(line.number) for line in hits)
+        return (
+            f"key block {spec.name!r}: text {binding.text!r} matches {len(hits)} lines of the excerpt "
+            f"(lines {numbers}); quote more of the line so it matches exactly one"
+        )
+    first = hits[0].number
+    if binding.kind == "text":
+        return first, first
+    end = next((line for line in lines if line.number >= first and binding.until in line.text), None)
+    if end is None:
+        return f"key block {spec.name!r}: 'to' text {binding.until!r} matches no line at or after line {first} of the excerpt ({shown})"
+    return first, end.number
+
+
+def part_prefix(lab: Lab, starter: str) -> str:
+    """What the ids of a step's lines start with: '' for the previewed starter, 's2-' for the lab's
+    second starter (when it is not the previewed one), so two files' line 12 keep apart."""
+    if starter == lab.previewed:
+        return ""
+    return f"s{next(i for i, s in enumerate(lab.starters, start=1) if s.path == starter)}-"
+
+
+def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems) -> Excerpt | None:
+    """Cut the lab's preview (every step of a walkthrough) from its starters and bind every key
+    block to real lines of one step."""
+    parts: list[Part] = []
+    for number, step in enumerate(lab.steps, start=1):
+        source = sources[step.starter]
+        span = select_lines(source, step.selector, problems)
+        if span is None:
+            continue
+        lines = cut_excerpt(source, *span)
+        if not lines:
+            problems.add(step.selector.mark, f"{step.selector.kind} {step.selector.value!r} selects no code in {source.path}")
+            continue
+        clash = next((p for p in parts if p.starter == step.starter and p.first <= lines[-1].number and lines[0].number <= p.last), None)
+        if clash is not None:
+            problems.add(step.selector.mark, f"step {number} (lines {lines[0].number}-{lines[-1].number} of {step.starter}) overlaps step {parts.index(clash) + 1} (lines {clash.first}-{clash.last}); a line is shown once")
+            continue
+        parts.append(Part(step.starter, lines, step.title, part_prefix(lab, step.starter)))
+    if len(parts) != len(lab.steps):
+        return None
+    blocks: list[KeyBlock] = []
+    slugs: set[str] = set()
+    for spec in lab.key_blocks:
+        bound = bind_block(parts, spec)
+        if isinstance(bound, str):
+            problems.add(spec.mark, bound)
+            continue
+        at, first, last = bound
+        base = slug = slugify(spec.name)
+        suffix = 1
+        while slug in slugs:  # 'a/b' and 'a b' both slugify to 'a-b'
+            suffix += 1
+            slug = f"{base}-{suffix}"
+        slugs.add(slug)
+        blocks.append(KeyBlock(spec.name, slug, spec.note, first, last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at))
+    excerpt = Excerpt(tuple(parts), tuple(blocks))
+    check_state_names(lab, excerpt, sources[lab.previewed], problems)
+    check_recorded_answers(lab, excerpt, sources[lab.previewed], problems)
+    return excerpt
+
+
+def check_recorded_answers(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """A question's recorded value must be one its block's lines record: a name they bind (or
+    `return`), on the previewed starter's lines, which are traced."""
+    blocks = {b.name: b for b in excerpt.key_blocks}
+    for question in lab.questions:
+        recorded = question.answer.recorded if question.answer is not None else None
+        block = blocks.get(recorded.block) if recorded is not None else None
+        if block is None:  # no recorded value, or a block parse.py already refused
+            continue
+        if block.starter != excerpt.starter:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} is bound to {block.starter}; only the previewed starter ({excerpt.starter}) records values")
+        elif block.state is not None and not block.state.shown:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} says `state: false`, so its lines record nothing")
+        elif recorded.name != "return":
+            known = bound_names(source, block.first, block.last)
+            if recorded.name not in known:
+                problems.add(recorded.mark, f"recorded: {recorded.name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
+
+
+def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | str:
+    """Bind a key block to lines of one step: (step position, first, last), or why it cannot be."""
+    if len(parts) == 1:
+        bound = bind_lines(parts[0].lines, spec, parts[0].starter)
+        return bound if isinstance(bound, str) else (0, *bound)
+    # parse.py made sure a key block's `starter` is a step's.
+    places = [i for i, part in enumerate(parts) if spec.starter is None or part.starter == spec.starter]
+    found = [(i, bind_lines(parts[i].lines, spec, parts[i].starter)) for i in places]
+    hits = [(i, bound) for i, bound in found if not isinstance(bound, str)]
+    shown = ", ".join(f"{parts[i].starter}:{parts[i].first}-{parts[i].last}" for i in places)
+    if not hits:
+        binding = spec.lines
+        what = f"lines {binding.first}-{binding.last}" if binding.kind == "range" else f"text {binding.text!r}"
+        several = [bound for _, bound in found if "quote more of the line" in bound]
+        if several:  # many lines within one step: that step's own message says which
+            return several[0]
+        return f"key block {spec.name!r}: {what} matches no line of the walkthrough ({shown})"
+    if len(hits) > 1:
+        where = "; ".join(f"step {i + 1} ({parts[i].starter}, line {bound[0]})" for i, bound in hits)
+        fix = "give its line number" if len({parts[i].starter for i, _ in hits}) == 1 else "name its file with `starter:`"
+        return f"key block {spec.name!r}: its lines match in {len(hits)} steps ({where}); quote more of the line or {fix}"
+    i, (first, last) = hits[0]
+    return i, first, last
+
+
+def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
+    """Return the line spans whose execution state `check` records: the excerpt's lines, less
+    those of key blocks that say `state: false`; none when the previewed starter says so."""
+    starter = next((s for s in lab.starters if s.path == excerpt.starter), None)
+    if starter is None or starter.run is None or (starter.state is not None and not starter.state.shown):
+        return ()
+    hidden = {n for b in excerpt.key_blocks if b.starter == excerpt.starter and b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
+    numbers = [line.number for line in excerpt.lines if line.number not in hidden]
+    spans: list[tuple[int, int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], number)
+        else:
+            spans.append((number, number))
+    return tuple(spans)
+
+
+def plain_excerpt(lab: Lab, texts: dict[str, str]) -> Excerpt | None:
+    """The lab's excerpt from its starters' texts alone (what `check` needs: no highlighting), or
+    None when it cannot be cut: the build reports why."""
+
+    if any(step.starter not in texts for step in lab.steps):
+        return None
+    sources = {path: source_file(path, text, ((), "text")) for path, text in texts.items()}  # the lines alone, not highlighted
+    problems = Problems()
+    excerpt = resolve_excerpt(lab, sources, problems)
+    return None if excerpt is None or problems else excerpt
+
+
+def bound_names(source: SourceFile, first: int, last: int) -> list[str]:
+    """The names the statements starting on lines first..last bind, and the parameters of a
+    function defined there: what a state list may name."""
+
+    text = source.text
+    if source.path.endswith(".md"):
+
+        text = python_of(text, python_blocks(text))
+    try:
+        tree = ast.parse(text)
+        names, _ = statement_names(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found = [name for line, bound in names.items() if first <= line <= last for name in bound]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first <= node.lineno <= last:
+            args = node.args
+            found += [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None]
+    return list(dict.fromkeys(found))
+
+
+def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """Every variable a state list names must be bound by a line it covers."""
+    wanted = []
+    for starter in lab.starters:
+        if starter.state is None or not starter.state.names:
+            continue
+        if starter.path != excerpt.starter:
+            problems.add(starter.state.mark, f"state: only the previewed starter ({excerpt.starter}) records execution state, not {starter.path}")
+        else:
+            wanted.append((starter.state, excerpt.first, excerpt.last, f"the excerpt of {starter.path}"))
+    for b in excerpt.key_blocks:
+        if b.state is None or not b.state.names:
+            continue
+        if b.starter != excerpt.starter:
+            problems.add(b.state.names[0][1], f"state: key block {b.name!r} is bound to {b.starter}, and only the previewed starter ({excerpt.starter}) records execution state")
+        else:
+            wanted.append((b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})"))
+    for choice, first, last, where in wanted:
+        known = bound_names(source, first, last)
+        for name, mark in choice.names:
+            if name not in known and not any(name.startswith(k + ".") for k in known):
+                listed = ", ".join(known[:12]) or "none"
+                problems.add(mark, f"state: {name!r} is not bound by any line of {where}; names bound there: {listed}")

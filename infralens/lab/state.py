@@ -1,0 +1,241 @@
+"""Execution state for the pages: what a starter's checked run recorded its excerpt's lines holding.
+
+Pure: a RunResult (whose `state` trace_state.py wrote while `check` ran the starter), the lab and
+its resolved excerpt → what each line shows (a short hint at its end, a table per key block, the
+data the page's state panel steps through), and the text of every recorded value for the claims
+check. A run's state is shown only when it passed and recorded exactly the lines the excerpt has
+now; any other state is stale, and nothing of it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from infralens.model.lab import Lab
+from infralens.model.resolved import Excerpt, KeyBlock
+from infralens.model.run import RunResult
+from infralens.model.starter import StateChoice
+
+STATE_FILE = "state.js"
+"""The file beside a lab page that holds its recorded state, loaded on a reader's first selection."""
+
+HINT = 34
+"""Longest value hint at the end of a line, in characters."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One recorded value: the name it was bound to, and its summary."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class LineState:
+    """What one line's last recorded run bound, or, for a `def` line, its last call's inputs and return."""
+
+    number: int
+    results: tuple[Shown, ...]
+    inputs: tuple[Shown, ...]
+    returned: str | None
+    count: int
+    """How many times the line ran (or the function was called)."""
+    exact: bool
+    """False when part of the runs were not traced, so `count` is a lower bound."""
+    run: int = 1
+    """Which run (or call) the values are from: the last one kept, not always the last one made."""
+    process: str = ""
+    """The process that recorded them, when not the starter's own (a spawned rank: 'rank 0')."""
+
+    @property
+    def hint(self) -> str:
+        """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for
+        a call; `(last of 32)` after it when the line ran 32 times, or `(call 32 of 60)` when the
+        run shown is not the last (a function called 60 times keeps calls 1-3 and powers of two)."""
+        shown_inputs = [s for s in self.inputs if s.name not in RECEIVERS]
+        if self.returned == "None":  # a procedure: what it was called with says more
+            if not shown_inputs:
+                return ""
+            text = "⬇ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in shown_inputs)
+        elif self.returned is not None:
+            text = "↩ " + brief(self.returned)
+        elif len(self.results) == 1:
+            text = "→ " + brief(self.results[0].value)
+        else:
+            text = "→ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in self.results)
+        if len(text) > HINT:
+            text = text[: HINT - 1] + "…"
+        if self.count > 1:
+            total = f"{self.count:,}{'' if self.exact else '+'}"
+            if self.run == self.count and self.exact:
+                text += f" (last of {total})"
+            else:
+                text += f" ({'call' if self.returned is not None else 'run'} {self.run:,} of {total})"
+        return text
+
+
+_ARRAY = re.compile(r"\b(Tensor|ndarray) (\([^)]*\)) (\S+) \S+ [\d,]+ B(?: \[[^\]]*\])?(?: min \S+ max \S+?(?=, |[)\]}]|$))?")
+
+
+def brief(value: str) -> str:
+    """A value as a line-end hint shows it: a tensor or array as its shape and dtype only (the
+    panel and the note's table give its device, bytes and values)."""
+    return _ARRAY.sub(lambda m: f"{m[1]} {m[2]} {m[3]}", value)
+
+
+@dataclass(frozen=True)
+class PageState:
+    """The state a lab page shows: per line, and the data its panel loads."""
+
+    lines: dict[int, LineState]
+    data: dict
+    """Every kept run of every shown line, for the panel (written as the lab's state.js)."""
+    finished: str
+    truncated: bool
+
+
+def recorded(result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> dict | None:
+    """Return a run's recorded state if it may be shown next to lines traced as `spans`, else None."""
+    if result is None or not result.passed or not result.state or not spans or result.traced != spans:
+        return None
+    try:
+        state = json.loads(result.state)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) and state.get("version") == 1 else None
+
+
+def recorded_text(state_json: str) -> str:
+    """Every value a run recorded, one per line: what the claims check may find a figure in."""
+    if not state_json:
+        return ""
+    try:
+        state = json.loads(state_json)
+    except ValueError:
+        return ""
+    values: list[str] = []
+    for entry in state.get("lines", {}).values():
+        for sample in entry.get("samples", ()):
+            values.extend(str(v) for v in sample.get("values", {}).values())
+    for entry in state.get("calls", {}).values():
+        for sample in entry.get("samples", ()):
+            values.extend(str(v) for v in sample.get("inputs", {}).values())
+            if "return" in sample:
+                values.append(str(sample["return"]))
+    return "\n".join(values)
+
+
+def choice_for(line: int, starter_choice: StateChoice | None, blocks: tuple[KeyBlock, ...]) -> list[StateChoice]:
+    """The state choices that apply to a line: the starter's, and those of the key blocks bound to it."""
+    choices = [starter_choice] if starter_choice is not None else []
+    return choices + [b.state for b in blocks if b.state is not None and b.first <= line <= b.last]
+
+
+def allowed(name: str, choices: list[StateChoice]) -> bool:
+    return all(choice.allows(name) for choice in choices)
+
+
+def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> PageState | None:
+    """Return what the page shows of a run's state, or None when there is nothing (fresh) to show."""
+    state = recorded(result, spans)
+    if state is None:
+        return None
+    starter = next(s for s in lab.starters if s.path == excerpt.starter)
+    shown_lines = {line.number for line in excerpt.lines}
+    own = tuple(b for b in excerpt.key_blocks if b.starter == excerpt.starter)  # a walkthrough's other files record none
+    lines: dict[int, LineState] = {}
+    data_lines: dict[str, dict] = {}
+    data_calls: dict[str, dict] = {}
+
+    def pairs(values: dict, choices: list[StateChoice]) -> list[list[str]]:
+        return [[name, str(value)] for name, value in values.items() if allowed(name, choices)]
+
+    for key, entry in state.get("lines", {}).items():
+        number = int(key)
+        choices = choice_for(number, starter.state, own)
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
+        if number not in shown_lines or not samples or any(not c.shown for c in choices):
+            continue
+        kept = [{"n": s.get("n", 1), "k": s.get("call", 0), "v": pairs(s.get("values", {}), choices)} for s in samples]
+        if not any(sample["v"] for sample in kept):
+            continue
+        process = str(entry.get("process") or "")
+        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
+        last = kept[-1]["v"]
+        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"], process)
+    for key, entry in state.get("calls", {}).items():
+        number = int(key)
+        choices = choice_for(number, starter.state, own)
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
+        if number not in shown_lines or not samples or any(not c.shown for c in choices):
+            continue
+        kept = [{"k": s.get("call", 1), "i": pairs(s.get("inputs", {}), choices), "r": returned(s)} for s in samples]
+        process = str(entry.get("process") or "")
+        data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
+        last = kept[-1]
+        lines[number] = LineState(
+            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None",
+            data_calls[key]["c"], data_calls[key]["x"], last["k"], process,
+        )
+    if not lines:
+        return None
+    finished = result.finished if result else ""
+    data = {"run": finished, "truncated": bool(state.get("truncated")), "lines": data_lines, "calls": data_calls}
+    return PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
+
+
+def returned(sample: dict) -> str | None:
+    """What a recorded call gave back: its return value, that it raised, or None when it never
+    returned (the process ended inside it)."""
+    if "return" in sample:
+        return str(sample["return"])
+    return "(raised an exception)" if sample.get("raised") else None
+
+
+RECEIVERS = ("self", "cls")
+"""Parameters whose value says little next to their method's line; the panel still lists them."""
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    """A key block's no-JS state table."""
+
+    rows: tuple[tuple[int, str, str, str], ...]
+    """(line, kind, name, value), kind being 'in' (a parameter at entry), 'out' (a value bound) or 'return'."""
+    process: str
+    """The spawned process every value comes from ('rank 0'), or '' for the starter's own."""
+
+
+def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
+    """Return a key block's table of recorded values, or None when its lines recorded none."""
+    if page is None:
+        return None
+    rows: list[tuple[int, str, str, str]] = []
+    processes = set()
+    for number in range(block.first, block.last + 1):
+        line = page.lines.get(number)
+        if line is None:
+            continue
+        where = f" (in {line.process})" if line.process else ""
+        processes.add(line.process)
+        rows += [(number, "in", s.name, s.value + where) for s in line.inputs if s.name not in RECEIVERS]
+        rows += [(number, "out", s.name, s.value + where) for s in line.results]
+        if line.returned is not None and line.returned != "None":
+            rows.append((number, "return", "return", line.returned + where))
+    if not rows:
+        return None
+    if len(processes) == 1:  # one process recorded them all: say so once
+        process = processes.pop()
+        suffix = f" (in {process})"
+        return BlockTable(tuple((n, k, name, value.removesuffix(suffix) if process else value) for n, k, name, value in rows), process)
+    return BlockTable(tuple(rows), "")
+
+
+def state_script(page: PageState) -> str:
+    """The lab's state.js: its recorded state, handed to the page's state panel when it loads."""
+    text = json.dumps(page.data, separators=(",", ":"), ensure_ascii=False)
+    # Inside a script, `</` could end it early: JSON allows the escaped form.
+    return "InfraLensState(" + text.replace("</", "<\\/") + ");\n"

@@ -1,0 +1,72 @@
+"""What running one starter showed, and how a starter's runs are named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infralens.errors import Mark
+from infralens.model.starter import Starter
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What running one starter showed."""
+
+    lab: str
+    starter: str
+    status: str
+    """'passed', 'failed', 'timeout', or 'skipped' (the machine lacks the device the run needs)."""
+    seconds: float
+    returncode: int | None
+    stdout: str
+    stderr: str
+    reason: str
+    """Why it failed, in one line; empty when it passed."""
+    mark: Mark
+    finished: str = ""
+    """When the run ended, UTC, ISO 8601 to the second."""
+    artifacts: tuple[str, ...] = ()
+    """Names of the artifacts the run wrote, kept beside its stored result."""
+    cached: bool = False
+    """True when this result was read from the store instead of running again."""
+    traced: tuple[tuple[int, int], ...] = ()
+    """The line spans whose execution state the run recorded (none when it recorded none)."""
+    state: str = ""
+    """The recorded execution state, as trace_state.py wrote it (JSON), when the run passed."""
+    probed: str = ""
+    """The digest of the calculators' request the parity probe answered (see calculators.py)."""
+    answers: str = ""
+    """The probe's answers (JSON), when the run passed and the lab has calculators mirroring it."""
+    device: str = "cpu"
+    """The device the run is for (its run spec's); one starter has a result per device."""
+    hardware: str = ""
+    """What it ran on (see devices.py): CPU model, or GPU, memory, driver and CUDA; torch, Python."""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == "skipped"
+
+    @property
+    def name(self) -> str:
+        return run_name(self.starter, self.device)
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of stdout, then of stderr: what usually says why a run failed."""
+        parts = [text.rstrip("\n").split("\n")[-lines:] for text in (self.stdout, self.stderr) if text.strip()]
+        return "\n".join(line for part in parts for line in part)
+
+
+def first_runs(starters: tuple[Starter, ...], every_run: dict[tuple[str, str], RunResult]) -> dict[str, RunResult]:
+    """Each starter's result of its first run, by path, from the results of every run by (path,
+    device): the run a lab's figures, state, calculators, questions and status come from. A run on
+    another device reports only its own result."""
+    return {s.path: every_run[s.path, s.run.device] for s in starters if s.run is not None and (s.path, s.run.device) in every_run}
+
+
+def run_name(starter: str, device: str) -> str:
+    """One run of a starter in a line of text: its path, and its device when it is not the CPU."""
+    return starter if device == "cpu" else f"{starter} [{device}]"

@@ -1,0 +1,273 @@
+"""What a manifest says about a lab's code: its starters and their runs, the preview, key blocks and the execution state they show."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from infralens.errors import Mark
+from infralens.model.schema import (
+    INVALID,
+    MARKDOWN,
+    Choice,
+    Context,
+    Either,
+    Field,
+    Fields,
+    ListOf,
+    Literal,
+    Number,
+    Prose,
+    Record,
+    Regex,
+    Spec,
+    Text,
+    declared,
+    derived,
+    describe,
+    parse_range,
+    record,
+    scalar_value,
+)
+
+DEFAULT_TIMEOUT = 60.0
+
+
+RUNNABLE_SUFFIXES = (".py", ".md")
+
+
+ARTIFACT = Text(
+    pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.(?:svg|png|txt|json|csv)",
+    pattern_hint="a file name like 'roofline.svg' (svg, png, txt, json or csv)",
+)
+
+
+DEVICES = ("cpu", "cuda")
+"""What a run may need: any machine, or an NVIDIA GPU with a CUDA build of torch."""
+
+
+MEMORY_UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}
+
+
+GPU_MEMORY = r"(\d+(?:\.\d+)?) ?(" + "|".join(MEMORY_UNITS) + ")"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How `infralens check` runs the starter."""
+
+    args: tuple[str, ...] = declared(ListOf(Text(numbers=True), "Command-line arguments passed after the script."), default=())
+    timeout: float = declared(Number(f"Seconds before the run is killed (default {DEFAULT_TIMEOUT:g})."), default=DEFAULT_TIMEOUT)
+    expect: tuple[str, ...] = declared(ListOf(Regex(), "Regexes that must each be found in the starter's stdout."), default=())
+    artifacts: tuple[str, ...] = declared(
+        ListOf(ARTIFACT, "Files the run writes into its working folder (regular files, not symlinks, of at most 8 MiB); the lab page shows them (SVG and PNG as figures)."), default=()
+    )
+    device: str = declared(
+        Choice(DEVICES, "What the run needs: cpu (any machine) or cuda (an NVIDIA GPU and a CUDA build of torch). Where it is missing, check reports the run skipped, never passed."),
+        default="cpu",
+    )
+    gpu_memory: str | None = declared(
+        Text("Least memory the GPU must have, such as '40 GiB' or '24 GB' (cuda runs only).", pattern=GPU_MEMORY, pattern_hint="a size such as '40 GiB' or '24 GB'")
+    )
+
+    @property
+    def gpu_bytes(self) -> int:
+        """The least GPU memory the run needs, in bytes (0: any)."""
+        if self.gpu_memory is None:
+            return 0
+        number, unit = re.fullmatch(GPU_MEMORY, self.gpu_memory).groups()  # type: ignore[union-attr]
+        return round(float(number) * MEMORY_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class StateChoice:
+    """What a starter or key block shows of the execution state `check` records: nothing
+    (`state: false`), or only the named variables (`state: [a, b]`)."""
+
+    shown: bool
+    names: tuple[tuple[str, Mark], ...] = ()
+    """The variables to show, each with where the manifest names it; empty: every one."""
+    mark: Mark | None = None
+
+    def allows(self, name: str) -> bool:
+        return self.shown and (not self.names or any(name == n or name.startswith(n + ".") for n, _ in self.names))
+
+
+STATE_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+
+
+class StateSpec(Spec):
+    """`false`, or a list of variable names (`a`, `self.x`) whose recorded values to show."""
+
+    def __init__(self, doc: str) -> None:
+        self.doc = doc
+        self.names = ListOf(Text(pattern=STATE_NAME, pattern_hint="a variable name like 'kv_bytes' or 'self.blocks'"), min_items=1)
+
+    def check(self, node: yaml.Node, ctx: Context):
+        if isinstance(node, yaml.SequenceNode):
+            names = self.names.check(node, ctx)
+            if names is INVALID:
+                return INVALID
+            return StateChoice(True, tuple(zip(names, (ctx.mark(child) for child in node.value))), ctx.mark(node))
+        if not isinstance(node, yaml.ScalarNode) or scalar_value(node) is not False:
+            return ctx.error(node, f"expected false or a list of variable names, got {describe(node)}")
+        return StateChoice(False, (), ctx.mark(node))
+
+    def json_schema(self) -> dict:
+        return {"anyOf": [{"const": False}, self.names.json_schema()], "description": self.doc}
+
+
+def _starter(f: Fields, ctx: Context) -> dict:
+    """A .py or .md starter runs unless it says `run: false`; other files only with a reason to
+    refuse. A list of runs runs it once per device, each device once."""
+    path, run = f.values["path"], f.values["run"]
+    if "run" not in f.nodes:
+        runs: tuple[RunSpec, ...] = (RunSpec(),) if path.endswith(RUNNABLE_SUFFIXES) else ()
+    elif run is False:
+        runs = ()
+    elif not path.endswith(RUNNABLE_SUFFIXES):
+        return ctx.error(f.nodes["run"], f"only .py and .md starters can run, not {path!r}")
+    else:
+        runs = run if isinstance(run, tuple) else (run,)
+        items = f.nodes["run"].value if isinstance(run, tuple) else [f.nodes["run"]]
+        seen: set[str] = set()
+        for spec, node in zip(runs, items):
+            if spec.device in seen:
+                return ctx.error(node, f"a second run on {spec.device}: a starter runs once per device (give each run its own device)")
+            seen.add(spec.device)
+            if spec.gpu_memory is not None and spec.device != "cuda":
+                return ctx.error(node, "gpu_memory is for a run on cuda; add `device: cuda` or remove it")
+            if spec.device == "cpu" and spec is not runs[0]:
+                return ctx.error(node, "list the run on cpu first: the page's figures, state, calculators and questions come from the first run, and every machine can make a cpu run")
+    return {"run": runs[0] if runs else None, "runs": runs, "mark": f.marks["path"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Starter:
+    """A file of the lab."""
+
+    path: str = declared(Text("Repository-relative path under code/, e.g. code/lab-01-x/memory.py."), required=True)
+    role: str = declared(Prose("One line: what this file is for. " + MARKDOWN), required=True)
+    run: RunSpec | None = declared(
+        Either(
+            scalar=Literal(False, "Never run this starter."),
+            mapping=record(RunSpec, "run"),
+            sequence=ListOf(record(RunSpec, "run"), min_items=1),
+            expected="a run mapping, a list of them (one per device) or false",
+            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; a list runs it once per device, each with its own arguments and expect patterns (a cpu run first: the page's figures come from the first); false never runs it.",
+        ),
+        indexed=False,
+    )
+    state: StateChoice | None = declared(StateSpec(
+        "The execution state `check` records for the lines of the page's excerpt (on by default for the "
+        "previewed starter): false records and shows none; a list of names shows only those variables."
+    ), indexed=False)
+    runs: tuple[RunSpec, ...] = derived("Every run of the starter, one per device; `run` is the first (none: it never runs).")
+    mark: Mark = derived("Where the manifest declares the starter's path.")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which part of a starter the preview shows: a region, symbol, line range or heading."""
+
+    kind: str
+    value: str
+    mark: Mark
+
+
+SELECTORS = ("region", "symbol", "lines", "heading")
+
+
+def _preview(f: Fields, ctx: Context) -> dict:
+    """Keep the one selector given as a Selector, with where it is written."""
+    kind = next(k for k in SELECTORS if k in f.nodes)
+    value = f.values[kind]
+    if kind == "lines" and parse_range(value) is None:
+        return ctx.error(f.nodes[kind], f"lines must look like 'A-B' with 1 <= A <= B, got {value!r}")
+    return {"selector": Selector(kind, value, f.marks[kind]), "starter_mark": f.marks["starter"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preview:
+    """An excerpt the page shows (a step of a walkthrough): exactly one of region, symbol, lines, heading."""
+
+    starter: str = declared(Text("One of the lab's starter paths."), required=True)
+    title: str | None = declared(Text("In a walkthrough, the step's name in its header, e.g. 'Prefill'."))
+    region: str | None = declared(Text("Lines between '# region NAME' and '# endregion' (markers hidden)."))
+    symbol: str | None = declared(Text("A Python function or class by name (dotted for methods), decorators included."))
+    lines: str | None = declared(Text("Real file lines 'A-B'.", numbers=True))
+    heading: str | None = declared(Text("Markdown starters: the section under this heading, to the next heading of the same or higher level."))
+    selector: Selector | None = derived("The one selector given, with where it is written.")
+    starter_mark: Mark | None = derived("Where the manifest names the starter.")
+
+
+@dataclass(frozen=True)
+class LineBinding:
+    """How a key block names its lines: one literal text, a from/to span, or file line numbers."""
+
+    kind: str
+    """'text', 'span' or 'range'."""
+    text: str = ""
+    until: str = ""
+    first: int = 0
+    last: int = 0
+
+
+class LineText(Text):
+    """Key-block lines as a scalar: 'A-B' (or 'A') is a range of real line numbers, anything else literal text."""
+
+    def check(self, node, ctx: Context):
+        value = super().check(node, ctx)
+        if value is INVALID:
+            return INVALID
+        if re.fullmatch(r"[\d\s-]+", value):
+            numbers = parse_range(value)
+            if numbers is None:
+                return ctx.error(node, f"line range must look like 'A-B' with 1 <= A <= B, got {value!r}")
+            return LineBinding("range", first=numbers[0], last=numbers[1])
+        return LineBinding("text", text=value)
+
+
+SPAN = Record(
+    "span",
+    {
+        "from": Field(Text("Text on exactly one line of the excerpt: the first line.", numbers=True), True),
+        "to": Field(Text("Text on the last line: the first line at or after 'from' that contains it.", numbers=True), True),
+    },
+    lambda f, ctx: LineBinding("span", text=f.values["from"], until=f.values["to"]),
+    doc="Lines from one text to another.",
+)
+
+
+@dataclass(frozen=True)
+class KeyBlockSpec:
+    """A note bound to lines of the excerpt."""
+
+    name: str = declared(Text("An identifier such as `kv_cache_bytes`, or a role such as 'Setup / contract'."), required=True)
+    lines: LineBinding = declared(
+        Either(
+            scalar=LineText(numbers=True),
+            mapping=SPAN,
+            expected="text, 'A-B' or a from/to mapping",
+            doc="Text that occurs on exactly one line of the excerpt; or real line numbers 'A-B'; or {from, to}.",
+        ),
+        required=True,
+    )
+    note: str = declared(Prose("What these lines do and why. " + MARKDOWN), required=True)
+    mark: Mark = derived("Where the `lines:` value is, so a binding error points at it.")
+    starter_mark: Mark | None = derived("Where the key block names its starter, if it does.")
+    state: StateChoice | None = declared(StateSpec(
+        "The execution state shown for these lines: false records and shows none (its lines are not "
+        "traced); a list of names shows only those variables, each of which a line of the block must bind."
+    ), indexed=False)
+    starter: str | None = declared(Text("In a walkthrough of several starters: the starter whose excerpt holds the lines (default: whichever step's lines match)."))
+
+
+STARTER = record(Starter, "starter", finish=_starter)
+"""How a manifest's `starters:` item is read."""
+PREVIEW = record(Preview, "preview", finish=_preview, exclusive=(SELECTORS,))
+"""How a manifest's `preview:` mapping is read."""
+STEP = record(Preview, "walkthrough step", finish=_preview, exclusive=(SELECTORS,))
+"""How a step of a walkthrough (`preview:` as a list) is read."""

@@ -1,0 +1,614 @@
+"""Workspace: the one module of the build that touches the disk.
+
+It reads the project (site.yml, labs/*.yml, starters under code/), keeps the caches in one folder
+(`--cache-dir`, else `$INFRALENS_CACHE_DIR`, else `<site root>/.infralens`), and commits a build to
+output/: every new or changed file is first written into a staging folder beside output/, then moved
+into place one file at a time with an atomic rename, and files the site no longer has are removed.
+
+The commit is journaled, so output/ is always the old site or the new one, never a mix that lasts:
+- before the first rename, the staging folder gets a journal naming every file to move and remove;
+- each file a rename displaces is first hard-linked into the staging folder's `old/`, so a commit
+  that fails half-way (a folder it cannot write, Ctrl-C) is rolled back to the old site;
+- a build killed outright (SIGKILL, power to the process) leaves its journal, and the next build
+  finishes that commit, from what is still staged, before it starts.
+A build that fails before the commit leaves output/ exactly as it was; a build that changes nothing
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pickle
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+from infralens.errors import InputError, Mark, Problem, Problems
+from infralens.model.site import ID_PATTERN
+
+CACHE_ENV = "INFRALENS_CACHE_DIR"
+"""Environment variable that moves the cache folder (the `--cache-dir` option wins over it)."""
+
+SITE_MARKER = ".infralens-site"
+"""A file every build writes into output/: a folder without it (and without a build on record) holds
+someone else's files, which a build would remove as strays, so it is refused."""
+
+MARKER_TEXT = "Written by `infralens build`, which removes any file in this folder that the site does not have.\n"
+
+DEFAULT_CACHE = ".infralens"
+"""The cache folder's name in the site root when nothing else is said (git-ignored)."""
+
+def digest(*parts: str | bytes) -> str:
+    """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc')."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hasher.update(part.encode() if isinstance(part, str) else part)
+        hasher.update(b"\0")
+    return hasher.hexdigest()
+
+
+MAX_STARTER_BYTES = 1 << 20
+"""Largest starter a lab may show: every page, source view and search chunk carries its text."""
+
+MAX_PROJECT_FILE_BYTES = 1 << 20
+"""Largest manifest or site.yml read: a lab's manifest is a few kilobytes."""
+
+STARTER_SUFFIXES = frozenset(
+    ".py .pyi .md .txt .rst .json .ipynb .yaml .yml .toml .cfg .ini .csv .tsv .sh .bash .c .h .cc .cpp .cxx .hpp "
+    ".cu .cuh .rs .go .java .kt .scala .jl .r .lua .sql .proto .cmake .mk .patch .diff .js .ts".split()
+)
+"""What a starter may be. The site publishes each starter as it is, at its own path: an .html, .svg
+or .xml file there would be a page of the site that runs whatever script it holds."""
+
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
+"""The characters a starter path may use: the site serves it at that path and links to it by name."""
+
+
+def packaged_theme() -> Path:
+    """Return the folder of the theme shipped inside the package (templates/ of the repository)."""
+    from importlib.resources import files
+
+    return Path(str(files("infralens.theme")))
+
+
+def display_path(path: Path, root: Path) -> str:
+    """Show a path relative to the project root when it is inside it, as errors should."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+    except (RuntimeError, OSError):  # a symlink loop: name the link itself
+        try:
+            return path.absolute().relative_to(root.absolute()).as_posix()
+        except ValueError:
+            return str(path)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One labs/*.yml as read: where it is shown in errors, its lab id and its text."""
+
+    path: str
+    lab_id: str
+    text: str
+    key: str
+    """A hash of the path and text, computed once."""
+
+
+@dataclass
+class Workspace:
+    """A project on disk: its root, its cache folder and its output folder."""
+
+    root: Path
+    cache: Path
+    out: Path
+    site_file: Path
+    memory: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    """Values kept in memory by kind and key, for a long-lived process such as `serve`."""
+    memory_limit: int = 0
+    """How many values `memory` may hold; 0 keeps nothing in memory."""
+    real_root: str | None = field(default=None, repr=False)
+    code_real: str | None = field(default=None, repr=False)
+    """code/ with symlinks resolved, once: every starter is checked to stay inside it."""
+    made: set[Path] = field(default_factory=set, repr=False)
+    """Cache folders known to exist: creating a folder is a system call worth saving a thousand times."""
+
+    @classmethod
+    def open(cls, site_path: Path, out_dir: Path | None = None, cache_dir: Path | None = None) -> "Workspace":
+        """Return the workspace of site_path: cache from the option, the environment or the default."""
+        root = site_path.parent
+        chosen = cache_dir or (Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else root / DEFAULT_CACHE)
+        return cls(root=root, cache=chosen, out=out_dir if out_dir is not None else root / "output", site_file=site_path)
+
+    # ------------------------------------------------------------------ reading the project
+
+    def shown(self, path: Path) -> str:
+        return display_path(path, self.root)
+
+    def read_text(self, path: Path, shown: str, problems: Problems, mark: Mark | None = None) -> str | None:
+        """Read a UTF-8 file, recording a problem instead of raising.
+
+        A long-lived process keeps each file's text by its size and modification time, so an edit
+        costs one read, not a read of the whole site.
+        """
+        try:
+            info = os.stat(path)
+            refused = self.unsafe_file(path, info, shown)
+            if refused:
+                problems.add(mark or Mark(shown), refused)
+                return None
+            if not self.memory_limit:
+                return path.read_text(encoding="utf-8")
+            stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
+            kept = self.memory.get(("file", str(path)))
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
+            text = path.read_text(encoding="utf-8")
+            self._remember("file", str(path), (stamp, text))
+            return text
+        except FileNotFoundError:
+            problems.add(mark or Mark(shown), f"file not found: {shown}")
+        except UnicodeDecodeError as exc:
+            problems.add(mark or Mark(shown), f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        except OSError as exc:
+            problems.add(mark or Mark(shown), f"cannot read {shown}: {exc.strerror}")
+        return None
+
+    def unsafe_file(self, path: Path, info: os.stat_result, shown: str) -> str | None:
+        """Say why a project file must not be read, or None.
+
+        A symlink (which git stores) could point at /dev/zero, a FIFO or a secret outside the
+        project; a file of many megabytes is no manifest.
+        """
+        if not stat.S_ISREG(info.st_mode):
+            return f"{shown} is not a regular file"
+        if info.st_size > MAX_PROJECT_FILE_BYTES:
+            return f"{shown} is {info.st_size:,} bytes; a manifest or site file is at most {MAX_PROJECT_FILE_BYTES:,}"
+        if path != self.site_file:
+            return self.outside_project(path, shown)
+        return None
+
+    def outside_project(self, path: Path, shown: str) -> str | None:
+        """Say so when a path leads, through a symlink, to a file outside the project."""
+        real = os.path.realpath(path)
+        if not real.startswith(self.root_real() + os.sep):
+            return f"{shown} is a symlink to a file outside the project ({real})"
+        return None
+
+    def root_real(self) -> str:
+        """The project root with symlinks resolved, once per workspace."""
+        if self.real_root is None:
+            self.real_root = os.path.realpath(self.root)
+        return self.real_root
+
+    def read_site(self) -> tuple[str, str]:
+        """Return (shown path, text) of site.yml, or raise InputError: without it there is no project."""
+        problems = Problems()
+        shown = self.shown(self.site_file)
+        text = self.read_text(self.site_file, shown, problems)
+        problems.raise_if_any()
+        assert text is not None
+        return shown, text
+
+    def read_manifests(self, problems: Problems) -> list[Manifest]:
+        """Return every labs/*.yml (and *.yaml) with a valid, unique lab id, in file-name order."""
+        labs_dir = self.root / "labs"
+        found = sorted(labs_dir.glob("*.yml")) + sorted(labs_dir.glob("*.yaml"))
+        if not found:
+            problems.add(Mark(self.shown(labs_dir)), "no lab manifests (labs/*.yml) found")
+        manifests: list[Manifest] = []
+        stems: dict[str, str] = {}
+        labs_shown = self.shown(labs_dir)
+        for path in found:
+            shown = f"{labs_shown}/{path.name}"
+            if path.stem in stems:
+                problems.add(Mark(shown), f"lab id {path.stem!r} is already used by {stems[path.stem]}")
+                continue
+            stems[path.stem] = shown
+            if not re.fullmatch(ID_PATTERN, path.stem):
+                problems.add(Mark(shown), f"lab id {path.stem!r} (the file name) must be lowercase letters, digits and '-'")
+                continue
+            text = self.read_text(path, shown, problems)
+            if text is not None:
+                manifests.append(Manifest(shown, path.stem, text, digest(shown, text)))
+        return manifests
+
+    def starter_file(self, starter_path: str) -> Path | str:
+        """Return a starter's real path, or why it is not an allowed starter path."""
+        pure = PurePosixPath(starter_path)
+        if pure.is_absolute() or "\\" in starter_path:
+            return f"starter path {starter_path!r} must be relative to the repository, under code/"
+        if ".." in pure.parts:
+            return f"starter path {starter_path!r} must not contain '..'; starters live under code/"
+        if pure.parts[0] != "code" or len(pure.parts) < 2:
+            return f"starter path {starter_path!r} must be under code/"
+        suffix = pure.suffix.lower()
+        if suffix and suffix not in STARTER_SUFFIXES:
+            return (
+                f"starter {starter_path!r} is a {suffix} file, which the site would publish as it is and a browser might run; "
+                f"starters are code or text ({', '.join(sorted(STARTER_SUFFIXES))}, or no suffix)"
+            )
+        unsafe = SAFE_PATH.sub("", starter_path)
+        if unsafe:
+            return (
+                f"starter path {starter_path!r} has {unsafe[0]!r}, which a link to the file cannot carry safely; "
+                "name starters with letters, digits, '.', '-' and '_'"
+            )
+        # Every starter is checked on every build: walk the parts below code/ with lstat, and resolve
+        # the whole path (slower) only when one of them is a symlink.
+        code = self.code_folder()
+        real = code
+        for part in pure.parts[1:]:
+            real = os.path.join(real, part)
+            try:
+                linked = stat.S_ISLNK(os.lstat(real).st_mode)
+            except OSError:
+                return f"starter not found: {starter_path}"
+            if linked:
+                real = os.path.realpath(os.path.join(self.root, starter_path))
+                break
+        if not real.startswith(code + os.sep):
+            return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
+        if not os.path.exists(real):
+            return f"starter not found: {starter_path}"
+        if not os.path.isfile(real):
+            return f"starter {starter_path!r} is not a file"
+        return Path(real)
+
+    def code_folder(self) -> str:
+        """Return the real path of code/, resolved once per workspace."""
+        if self.code_real is None:
+            self.code_real = os.path.realpath(os.path.join(self.root, "code"))
+        return self.code_real
+
+    def read_starter(self, starter_path: str, mark: Mark, problems: Problems) -> str | None:
+        """Read one starter declared at `mark`, recording why not if it can't be."""
+        real = self.starter_file(starter_path)
+        if isinstance(real, str):
+            problems.add(mark, real)
+            return None
+        size = real.stat().st_size
+        if size > MAX_STARTER_BYTES:
+            problems.add(mark, f"starter {starter_path!r} is {size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
+            return None
+        return self.read_text(real, starter_path, problems, mark)
+
+    def theme_dirs(self, packaged: Path) -> tuple[Path, ...]:
+        """Return the template folders, most specific first: the site's own templates/, then the packaged theme."""
+        own = self.root / "templates"
+        if own.is_dir() and own.resolve() != packaged.resolve():
+            return (own, packaged)
+        return (packaged,)
+
+    def check_theme(self, own: Path | None) -> None:
+        """Refuse a site's own theme folder holding a file that is not a regular file inside the project.
+
+        Its templates are rendered and its static files published: a symlink there could publish
+        any file of the machine.
+        """
+        if own is None:
+            return
+        problems = Problems()
+        for folder, dirs, names in os.walk(own):
+            for name in sorted(names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+                path = Path(folder, name)
+                shown = f"{display_path(path.parent, self.root)}/{name}"  # the link itself, not what it names
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    problems.add(Mark(shown), f"{shown} is a broken symlink")
+                    continue
+                outside = self.outside_project(path, shown)
+                if outside:
+                    problems.add(Mark(shown), outside)
+                elif not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+                    problems.add(Mark(shown), f"{shown} is not a regular file")
+        problems.raise_if_any()
+
+    # ------------------------------------------------------------------ caches
+
+    def cache_path(self, kind: str, key: str) -> Path:
+        return self.cache / kind / key[:2] / f"{key}.pickle"
+
+    def recall(self, kind: str, key: str) -> Any:
+        """Return the value stored under (kind, key), or None."""
+        if (kind, key) in self.memory:
+            return self.memory[kind, key]
+        try:
+            with open(self.cache_path(kind, key), "rb") as file:
+                value = pickle.load(file)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            return None
+        self._remember(kind, key, value)
+        return value
+
+    def store(self, kind: str, key: str, value: Any) -> None:
+        """Keep a value under (kind, key), on disk and, in a long-lived process, in memory."""
+        self._remember(kind, key, value)
+        target = self.cache_path(kind, key)
+        try:
+            if target.parent not in self.made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.made.add(target.parent)
+            atomic_write(target, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            # A read-only cache: the build still works, keeping in memory what it cannot store.
+            self.memory[kind, key] = value
+
+    def _remember(self, kind: str, key: str, value: Any) -> None:
+        if not self.memory_limit:
+            return
+        while len(self.memory) >= self.memory_limit:
+            self.memory.pop(next(iter(self.memory)))  # the oldest entry: dicts keep insertion order
+        self.memory[kind, key] = value
+
+    def templates_cache(self) -> Path | None:
+        """Where Jinja keeps compiled templates between builds, or None if it cannot be created."""
+        folder = self.cache / "templates"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return folder
+
+    def runs_folder(self) -> Path:
+        """Where run results of `infralens check` are kept (see results.py)."""
+        return self.cache / "runs"
+
+    # ------------------------------------------------------------------ output
+
+    def check_out_dir(self) -> None:
+        """Refuse an output folder whose replacement would delete the project itself."""
+        out, project = self.out.resolve(), self.root.resolve()
+        if project == out or project.is_relative_to(out) or any((out / name).exists() for name in ("site.yml", ".git", "pyproject.toml")):
+            raise InputError([Problem(Mark(str(self.out)), "refusing to replace this folder: it holds the project or a repository, not a built site")])
+
+    def check_not_foreign(self, marker: str) -> None:
+        """Refuse to build into a folder of someone else's files: a build removes every file the site
+        does not have, so `--out docs` would delete a docs/ folder's contents.
+
+        A folder is the site's when it is missing, empty, or holds the marker every build writes.
+        """
+        try:
+            if not self.out.is_dir() or (self.out / marker).exists() or next(os.scandir(self.out), None) is None:
+                return
+        except OSError:
+            return  # unreadable: the commit says so in its own words
+        raise InputError([Problem(
+            Mark(str(self.out)),
+            f"refusing to build into {self.out}: it holds files `infralens build` did not write, and a build removes every "
+            f"file its site does not have; choose a new or empty folder (or delete this one if it is an old build)",
+        )])
+
+    def output_state_key(self) -> str:
+        return digest("output", str(self.out.resolve()))
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the output folder's lock (kept in the cache): builds of one output/ run one at a time.
+
+        Under the lock, any staging folder beside output/ was left by a build that was killed: one
+        killed during its commit is finished (see `Staging.recover`), any other is removed.
+        """
+        parent = self.out.absolute().parent
+        blocking = next((folder for folder in (parent, *parent.parents) if folder.exists() and not folder.is_dir()), None)
+        if blocking is not None:
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder: {blocking} is a file, not a folder")])
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            locks = self.cache / "locks"
+            locks.mkdir(parents=True, exist_ok=True)
+            # In the cache, not beside output/: the folder that holds output/ keeps nothing of ours.
+            handle = open(locks / f"{self.output_state_key()}.lock", "a+b")
+        except OSError as exc:
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder or the cache: {exc.strerror}")]) from None
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                try:
+                    for leftover in sorted(parent.glob(f".{self.out.name}.new-*")):
+                        Staging(leftover).recover(self.out.absolute())
+                    # InfraLens 1 swapped whole folders and, killed between its two renames, left
+                    # the old site only in .output.old-*: put it back, or drop it if output/ is there.
+                    for leftover in sorted(parent.glob(f".{self.out.name}.old-*")):
+                        if self.out.exists():
+                            shutil.rmtree(leftover)
+                        else:
+                            os.rename(leftover, self.out)
+                except OSError as exc:
+                    raise InputError([Problem(Mark(str(self.out)), f"cannot finish the commit of a build that was killed: {exc.strerror or exc}")]) from None
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def staging(self) -> "Staging":
+        """Return a fresh staging folder beside output/ for a build's new and changed files."""
+        self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
+        staging = Staging(Path(tempfile.mkdtemp(prefix=f".{self.out.name}.new-", dir=self.out.absolute().parent)))
+        staging.site.mkdir(mode=0o755)  # it may become output/ itself, which is meant to be served
+        return staging
+
+    def present(self, files: dict[str, "Stamp"]) -> dict[str, "Stamp"]:
+        """Return the recorded files that are still in output/ exactly as the last build left them."""
+        kept = {}
+        for path, stamp in files.items():
+            try:
+                info = os.stat(self.out / path)
+            except OSError:
+                continue
+            if info.st_size == stamp.size and info.st_mtime_ns == stamp.mtime_ns:
+                kept[path] = stamp
+        return kept
+
+    def strays(self, keep: set[str]) -> list[str]:
+        """Return the files in output/ that the site does not have (left by an older build or by hand)."""
+        out = str(self.out)
+        found = []
+        for folder, _, names in os.walk(out):
+            relative = os.path.relpath(folder, out)
+            for name in names:
+                path = name if relative == "." else f"{relative}/{name}".replace(os.sep, "/")
+                if path not in keep:
+                    found.append(path)
+        return found
+
+    def commit(self, staging: "Staging", remove: Iterable[str]) -> dict[str, "Stamp"]:
+        """Move the staged files into output/ and remove the ones the site no longer has.
+
+        Returns the stamp of every file moved in, to recognise it unchanged next time. When there is
+        no output/ yet, the staged site becomes it with one rename. Any exception during the moves
+        (an OSError, KeyboardInterrupt) puts the old site back before it propagates.
+        """
+        out = self.out.absolute()
+        if not out.exists():
+            os.rename(staging.site, out)
+        else:
+            try:
+                staging.begin(sorted(remove))
+                staging.roll_forward(out)
+            except BaseException:
+                # Undo what was moved. If the undo itself is cut short, the journal stays and the
+                # next build finishes the commit instead.
+                staging.roll_back(out)
+                staging.discard()
+                raise
+        staging.discard()
+        stamps = {}
+        for path in staging.written:
+            info = os.stat(out / path)
+            stamps[path] = Stamp(info.st_size, info.st_mtime_ns)
+        return stamps
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """How a file in output/ looked when a build wrote it."""
+
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class Staging:
+    """A folder beside output/ holding one build's new and changed files until the commit.
+
+    Its `site/` holds the files at their site paths; `journal` (written when the commit starts) names
+    the files to move in and to remove; `old/` keeps each file of output/ the commit displaced, by
+    hard link, until the commit is done. Both directions of a commit are worked out from what is on
+    disk, so either can be resumed after the process was killed.
+    """
+
+    folder: Path
+    written: list[str] = field(default_factory=list)
+    made: set[str] = field(default_factory=set)
+    remove: list[str] = field(default_factory=list)
+
+    @property
+    def site(self) -> Path:
+        return self.folder / "site"
+
+    def target(self, path: str) -> str:
+        parent = os.path.dirname(path)
+        if parent and parent not in self.made:
+            os.makedirs(os.path.join(self.site, parent), exist_ok=True)
+            self.made.add(parent)
+        self.written.append(path)
+        return os.path.join(self.site, path)
+
+    def write(self, path: str, content: str | bytes) -> None:
+        with open(self.target(path), "wb") as file:
+            file.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+    def copy(self, source: Path, path: str) -> None:
+        shutil.copyfile(source, self.target(path))
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the journaled commit
+
+    def begin(self, remove: list[str]) -> None:
+        """Write the journal: from here on, a killed build's commit is finished by the next one."""
+        self.remove = remove
+        atomic_write(self.folder / "journal", json.dumps({"written": self.written, "remove": remove}).encode())
+
+    def roll_forward(self, out: Path) -> None:
+        """Move every file still staged into output/ and remove the files the new site does not have."""
+        made: set[Path] = set()
+        for path in self.written:
+            staged, target = self.site / path, out / path
+            if not staged.exists():
+                continue  # moved in before the process was killed
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
+            self._keep_old(target, path)
+            os.replace(staged, target)
+        for path in self.remove:
+            target = out / path
+            if target.exists() or target.is_symlink():
+                self._keep_old(target, path)
+                target.unlink()
+            prune_empty(out, target.parent)
+
+    def roll_back(self, out: Path) -> None:
+        """Put output/ back as it was before `roll_forward` began, however far that got."""
+        for path in self.written:
+            target, old = out / path, self.folder / "old" / path
+            if (self.site / path).exists():
+                continue  # never moved in
+            if old.exists():
+                os.replace(old, target)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()
+                prune_empty(out, target.parent)
+        for path in self.remove:
+            old = self.folder / "old" / path
+            if old.exists():
+                (out / path).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old, out / path)
+
+    def _keep_old(self, target: Path, path: str) -> None:
+        """Hard-link the file a move will displace into old/, for `roll_back`; a second link is kept."""
+        keep = self.folder / "old" / path
+        if keep.exists() or not (target.exists() or target.is_symlink()):
+            return
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        os.link(target, keep, follow_symlinks=False)
+
+    def recover(self, out: Path) -> None:
+        """Deal with a staging folder a killed build left: finish its commit if it began one, then remove it."""
+        try:
+            journal = json.loads((self.folder / "journal").read_text(encoding="utf-8"))
+            self.written, self.remove = list(journal["written"]), list(journal["remove"])
+        except (OSError, ValueError, KeyError, TypeError):
+            journal = None  # killed before its commit began: output/ was never touched
+        if journal is not None and out.is_dir():
+            self.roll_forward(out)
+        self.discard()
+
+
+def atomic_write(target: Path, content: bytes) -> None:
+    """Write a file whole: to a temporary name first, then renamed over the target."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    partial.write_bytes(content)
+    os.replace(partial, target)
+
+
+def prune_empty(top: Path, folder: Path) -> None:
+    """Remove folder and its parents up to (not including) top while they are empty."""
+    while folder != top and top in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
