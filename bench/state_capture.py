@@ -25,11 +25,13 @@ import time
 from pathlib import Path
 
 from infralens.build import load_project
-from infralens.check.runner import RUN_MARKDOWN, lab_spans
+from infralens.check.runner import lab_excerpt
+from infralens.child import RUN_MARKDOWN, TRACE_STATE
+from infralens.lab.resolve import traced_spans
 from infralens.text.markdown import python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACER = ROOT / "infralens" / "trace_state.py"
+TRACER = TRACE_STATE
 
 
 def timed(command: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
@@ -47,10 +49,11 @@ def main() -> None:
     print(f"{'lab':38} {'plain s':>8} {'traced s':>9} {'check':>6} {'lines':>6} {'state B':>8}  same output")
     plain_total = traced_total = 0.0
     for lab in project.labs:
-        starter = next(s for s in lab.starters if s.path == lab.preview.starter)
+        starter = next(s for s in lab.starters if s.path == lab.previewed)
         if (args.labs and lab.id not in args.labs) or starter.run is None:
             continue
-        spans = lab_spans(lab, ROOT)
+        excerpt = lab_excerpt(lab, ROOT)
+        spans = traced_spans(lab, excerpt) if excerpt else ()
         if not spans:
             print(f"{lab.id:38} {'':>8} {'':>9} {'':>6} {'':>6} {'':>8}  records no state (state: false)")
             continue

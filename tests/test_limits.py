@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import add_starter, run_infralens, run_of
 
-from infralens.check.runner import KEPT_OUTPUT, Output
+from infralens.check.runner import KEPT_OUTPUT
+from infralens.check.process import Output
 
 
 @pytest.mark.unit
@@ -49,7 +50,7 @@ def test_a_run_that_prints_megabytes_is_stored_cut_down(sample_site: Path) -> No
 def test_expect_patterns_match_in_bounded_time() -> None:
     import time
 
-    from infralens.check.runner import expect_found
+    from infralens.check.verdicts import expect_found
 
     assert expect_found(r"kv bytes per token: [0-9,]+", "kv bytes per token: 524,288\n") is True
     assert expect_found(r"^missing$", "kv bytes per token\n") is False
@@ -146,7 +147,7 @@ def test_an_svg_artifact_that_could_run_or_fetch_fails_the_run(drawing: str, rea
 
 @pytest.mark.unit
 def test_a_plain_svg_drawing_with_its_own_references_passes() -> None:
-    from infralens.check.runner import svg_problem
+    from infralens.check.verdicts import svg_problem
 
     drawing = '<defs><linearGradient id="g"/></defs><rect style="fill:url(#g)"/><use xlink:href="#g"/><style>text{fill:currentColor}</style>'
     assert svg_problem(SVG.format(drawing).encode()) is None

@@ -1,0 +1,148 @@
+"""Verdicts: whether a run's output, artifacts and recorded values still say what the lab page claims.
+
+Pure apart from reading the artifacts a run left. Each check turns a passed run into a failed one
+with the reason, at the manifest line that makes the claim.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+from infralens.errors import Mark, Problem
+from infralens.lab.calculators import calculator_problems
+from infralens.lab.claims import figure_line, unbacked_figures
+from infralens.lab.questions import question_problems
+from infralens.lab.state import recorded_text
+from infralens.model.lab import Lab
+from infralens.model.resolved import KeyBlock
+from infralens.model.run import RunResult, first_runs
+
+MAX_ARTIFACT_BYTES = 8 << 20
+"""Largest artifact a run may leave: it is stored with the result and published with the lab page."""
+
+
+def artifact_problem(path: Path) -> str | None:
+    """Say why a file a run left cannot be kept as an artifact, or None (also when there is no file).
+
+    Only a regular file is copied: a symlink could publish a file from anywhere on the machine, or
+    point at /dev/zero and never end.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink; write the file itself"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_size > MAX_ARTIFACT_BYTES:
+        return f"is {info.st_size:,} bytes; an artifact is published with the page, at most {MAX_ARTIFACT_BYTES:,}"
+    if path.suffix.lower() == ".svg":
+        return svg_problem(path.read_bytes())
+    return None
+
+
+ACTIVE_SVG = frozenset("script foreignobject iframe embed object handler listener animate set animatemotion animatetransform".split())
+"""SVG elements that run script, embed other documents, or change attributes (such as a link's target) later."""
+
+
+def svg_problem(data: bytes) -> str | None:
+    """Say why an SVG artifact is not a plain drawing, or None.
+
+    The site publishes it at its own URL, where a browser opening it runs any script it holds, so
+    only static drawing is let through: no script or embedding elements, no `on…` handlers, no
+    references but to the drawing's own `#ids`, no entity declarations.
+    """
+    import xml.etree.ElementTree as ET
+
+    if b"<!ENTITY" in data:
+        return "is an SVG that declares entities; an artifact is a plain drawing"
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as exc:
+        return f"is not well-formed SVG ({exc})"
+    for element in root.iter():
+        tag = str(element.tag).rsplit("}", 1)[-1].lower()
+        if tag in ACTIVE_SVG:
+            return f"is an SVG with a <{tag}> element, which runs or changes when the file is opened; an artifact is a plain drawing"
+        texts = [element.text or ""] if tag == "style" else []
+        for name, value in element.attrib.items():
+            local = name.rsplit("}", 1)[-1].lower()
+            if local.startswith("on"):
+                return f"is an SVG with an {local} handler, which runs when the file is opened; an artifact is a plain drawing"
+            if local == "href" and not value.strip().startswith("#"):
+                return f"is an SVG linking to {value.strip()[:60]!r}; an artifact may refer only to its own #ids"
+            if local == "style":
+                texts.append(value)
+        for text in texts:
+            if "@import" in text or re.search(r"url\(\s*['\"]?\s*(?!#)", text):
+                return "is an SVG whose style fetches a file; an artifact may refer only to its own #ids"
+    return None
+
+
+EXPECT_SECONDS = 2.0
+"""How long one `expect` pattern may take to match a run's output."""
+
+
+def expect_found(pattern: str, output: str, seconds: float = EXPECT_SECONDS) -> bool | None:
+    """Say whether an expect pattern occurs in the output, or None when matching it ran out of time.
+
+    The regex module matches with a time limit, and avoids the exponential backtracking of `re`,
+    where `^(a+)+$` against 34 a's kept check busy forever. Patterns are checked with `re` syntax when the manifest is parsed.
+    """
+    import regex
+
+    try:
+        return regex.search(pattern, output, regex.MULTILINE, timeout=seconds) is not None
+    except TimeoutError:
+        return None
+
+
+def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
+    """Fail the lab's last run when its page states a figure that none of its runs printed and no
+    line of its excerpt was recorded holding."""
+
+    made = [index for index, result in enumerate(results) if not result.skipped]
+    if not made:
+        return results
+    output = "\n".join([*(result.stdout for result in results), *(recorded_text(result.state) for result in results)])
+    missing = unbacked_figures(lab, output)
+    last = made[-1]
+    if not missing or not results[last].passed:
+        return results
+    line, col = figure_line(manifest_text, missing[0])
+    more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+    reason = f"the page states {missing[0]} but no starter of the lab prints it or records it on a line{more}"
+    failed = replace(results[last], status="failed", reason=reason, mark=Mark(lab.path, line, col))
+    return [*results[:last], failed, *results[last + 1 :]]
+
+
+def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
+    """Fail a mirrored starter's run when a calculator of the lab disagrees with its probe's answers."""
+
+    return failed_by(results, calculator_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results})), lab)
+
+
+def check_questions(lab: Lab, results: list[RunResult], blocks: tuple[KeyBlock, ...]) -> list[RunResult]:
+    """Fail a passed run when a question's pattern matches nothing it printed, or a value it should
+    have recorded is missing: its page could not give that answer."""
+
+    return failed_by(results, question_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results}), blocks), lab)
+
+
+def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]], lab: Lab) -> list[RunResult]:
+    """Fail each starter's first run that passed and has problems, at the first of them, saying how
+    many more there are."""
+    checked = []
+    first = set(map(id, first_runs(lab.starters, {(r.starter, r.device): r for r in results}).values()))
+    for result in results:
+        problems = sorted(by_starter.get(result.starter, []), key=lambda p: p.mark)
+        if problems and result.passed and id(result) in first:
+            more = f"; and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''} (infralens build lists them)" if len(problems) > 1 else ""
+            result = replace(result, status="failed", reason=problems[0].message + more, mark=problems[0].mark)
+        checked.append(result)
+    return checked
