@@ -1,20 +1,29 @@
 """InfraLens: build runnable, annotated code-reading labs into a static site.
 
-The pipeline, one module a stage (build.py runs them, one lab at a time, only for labs that changed):
+The package is seven families and a few top-level modules. Each family is a subpackage whose face
+(`__init__.py`) says what it holds; imports only run down this drawing, never up and never
+sideways between the two families of one row (tests/test_layers.py reads every import, those
+inside functions too, and holds the package to it; an import inside a function says why):
 
-    workspace  read site.yml, labs/*.yml, starters      ← the only module that touches the disk:
-    parse      manifest text → Site, Lab                   inputs, caches (--cache-dir) and output/
-    resolve    Lab + starter → Excerpt, key blocks bound
-    highlight  starter text → per-line HTML
-    render     resolved lab → lab page and source views (templates: the theme, infralens.theme)
-    search     resolved lab → search documents → index chunks
-    links      rendered pages → broken links (--strict, `infralens links`)
-    workspace  commit: staged files → output/
+    __main__   the `infralens` command, quiet on Ctrl-C from its first instant
+    cli        the command-line edge: every problem printed as `path:line:col: error: message`
+    serve  scaffold           the long-lived server; `infralens new`
+    build/     project → output/: pipeline (the stages in order), read, plan, pages, render,
+               search, links, assets, session, workers, memory
+    check/     starters as processes → RunResult: runner, process, verdicts, results (the store),
+               devices, sandbox, shards, reports
+    lab/  project/            pure work on one lab (resolve, calculators, questions, state,
+                              notebooks, claims) | the disk (workspace reads with its guards,
+                              keeps the caches; commit writes output/ under a journal)
+    model/     the manifest language: schema (spec types), expr (calculator expressions), the records
+               declared once each (site, lab, starter, calculator, question, resolved, run), parse
+    text/      Markdown, math (MathML) and highlighting: prose and starter text → HTML
+    errors  urls  child/      problems at a position; every address under output/; the programs
+                              check starts by path (supervise, trace_state, probe, run_markdown),
+                              which import nothing of the package
 
-Declarations: models.py (every manifest field, declared once) over schema.py (the spec types).
-Shared by the stages: markdown.py (the one Markdown parser), mathml.py, urls.py, errors.py.
-Beside the pipeline: runner.py (starters as processes, under supervise.py and, with --sandbox,
-sandbox.py) with results.py and claims.py for `check`; serve.py (the long-lived server); scaffold.py (`new`); cli.py (the command-line edge).
+A build reads (build.read, through project.workspace) → plans (build.plan) → renders what changed
+(build.pages, lab.*, text.*) → commits once (project.commit).
 """
 
 __version__ = "0.1.0"

@@ -11,7 +11,8 @@ import sys
 
 def main() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))
-    from infralens.cli import main as cli  # after the handler above: Ctrl-C while it loads exits quietly
+    # after the handler above, so Ctrl-C while the command loads exits quietly
+    from infralens.cli import main as cli
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
     cli()

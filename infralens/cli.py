@@ -113,8 +113,8 @@ def check(
 ) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     # loaded when this command runs (see the note at the top)
-    from infralens.check.reports import results_json, results_junit
     from infralens.check.process import become_subreaper
+    from infralens.check.reports import results_json, results_junit
     from infralens.check.runner import run_labs, runs_of
 
     try:

@@ -13,7 +13,8 @@ from infralens import __version__
 from infralens.model.lab import LabCard
 from infralens.model.run import RunResult
 from infralens.model.site import Site
-from infralens.project.workspace import Manifest, Stamp, digest
+from infralens.project.commit import Stamp
+from infralens.project.workspace import Manifest, digest
 
 
 @dataclass

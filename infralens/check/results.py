@@ -23,7 +23,7 @@ from infralens.child import RECORDERS
 from infralens.errors import Mark
 from infralens.model.run import RunResult
 from infralens.model.starter import RunSpec, Starter
-from infralens.project.workspace import atomic_write
+from infralens.project.commit import atomic_write
 
 _FORMAT = "infralens-run-3"
 

@@ -1,1 +1,8 @@
-"""text"""
+"""Text: prose and starter text → HTML, pure.
+
+    markdown   the one Markdown parser (markdown-it-py): prose, Markdown starters' outlines and code
+    mathml     one `$…$` formula → MathML, and the markdown-it rules that find formulas
+    highlight  a starter → per-line HTML (Pygments), tokenized once; SourceLine and SourceFile
+
+Imports nothing of the package but errors.
+"""
