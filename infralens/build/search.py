@@ -291,7 +291,7 @@ def chunk_script(number: int, partials: Iterable[Partial]) -> str:
     docs: list[Document] = []
     index = postings(partials, docs)
     return (
-        "/* A chunk of the site's search index, written by infralens build (infralens/search.py). */\n"
+        "/* A chunk of the site's search index, written by infralens build (infralens/build/search.py). */\n"
         f"(window.InfraLensSearchChunks = window.InfraLensSearchChunks || {{}})[{number}] = {{\n"
         '"docs":[\n' + ",\n".join(_dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
         '"terms":[\n' + ",\n".join(f'[{_dump(token)},[{",".join(map(str, index[token]))}]]' for token in sorted(index)) + "]};\n"
@@ -301,7 +301,7 @@ def chunk_script(number: int, partials: Iterable[Partial]) -> str:
 def index_script(chunks: list[str]) -> str:
     """Return search-index.js: the format, the stop words and the chunks search.js loads."""
     return (
-        "/* The site's search index, written by infralens build (infralens/search.py): its chunks follow. */\n"
+        "/* The site's search index, written by infralens build (infralens/build/search.py): its chunks follow. */\n"
         f'window.InfraLensSearchIndex = {{"version":{FORMAT},"stop":{_dump(sorted(STOP_WORDS))},"chunks":{_dump(chunks)}}};\n'
     )
 

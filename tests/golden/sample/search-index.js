@@ -1,2 +1,2 @@
-/* The site's search index, written by infralens build (infralens/search.py): its chunks follow. */
+/* The site's search index, written by infralens build (infralens/build/search.py): its chunks follow. */
 window.InfraLensSearchIndex = {"version":2,"stop":["an","and","are","as","at","be","but","by","can","do","does","for","from","has","have","if","in","into","is","it","its","of","on","or","so","than","that","the","their","them","then","there","these","this","those","to","was","were","what","when","where","which","while","who","why","will","with"],"chunks":["search/chunk-0000.js"]};

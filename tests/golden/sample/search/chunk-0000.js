@@ -1,4 +1,4 @@
-/* A chunk of the site's search index, written by infralens build (infralens/search.py). */
+/* A chunk of the site's search index, written by infralens build (infralens/build/search.py). */
 (window.InfraLensSearchChunks = window.InfraLensSearchChunks || {})[0] = {
 "docs":[
 ["Sample KV bytes","Lab 01 \u00b7 Basics","labs/lab-01-sample/index.html","Count the bytes one token adds to the KV cache."],
