@@ -115,14 +115,11 @@ const InfraLensCalc = (() => {
   }).join("") + " = " + shown(output, v[output.name]);
 
   /* The form of an opened block: presets by group, one field per input (a log-scale slider under
-     the chart's x), each output with its arithmetic in a live region, the status, the share link. */
-  const make = (tag, props = {}, ...children) => {
-    const element = Object.assign(document.createElement(tag), props);
-    element.append(...children);
-    return element;
-  };
+     the chart's x), each output with its arithmetic in a live region, the status, the share link.
+     window.InfraLens (infralens.js) is read here, not when the file loads: tests/test_expr.py runs
+     this file's arithmetic on a page of its own. */
   function build(section, calc) {
-    const id = section.dataset.calc, form = make("form", { className: "calc-form", noValidate: true });
+    const { el } = InfraLens, id = section.dataset.calc, form = el("form", { className: "calc-form", noValidate: true });
     form.setAttribute("aria-describedby", `calc-${id}-status`);
     const rows = {};  // the defaults lead the first group's row
     calc.presets.forEach((preset, index) => {
@@ -131,30 +128,30 @@ const InfraLensCalc = (() => {
     });
     if (calc.presets.length > 1) {
       Object.entries(rows).forEach(([group, members]) => {
-        const row = make("div", { className: "calc-presets", role: "group" }, make("span", { className: "calc-group", textContent: group }));
+        const row = el("div", { className: "calc-presets", role: "group" }, el("span", { className: "calc-group", textContent: group }));
         row.setAttribute("aria-label", group);
         row.querySelector("span").setAttribute("aria-hidden", "true");
         members.forEach(([index, label]) => {
-          const button = make("button", { type: "button", textContent: label });
+          const button = el("button", { type: "button", textContent: label });
           button.dataset.preset = index;
           row.append(button);
         });
         form.append(row);
       });
     }
-    const fields = make("div", { className: "calc-fields" }), defaults = calc.presets[0].values;
+    const fields = el("div", { className: "calc-fields" }), defaults = calc.presets[0].values;
     calc.inputs.forEach((field) => {
-      const fieldId = `calc-${id}-${field.name}`, box = make("div", { className: "calc-field" }, make("label", { htmlFor: fieldId, textContent: field.label }));
+      const fieldId = `calc-${id}-${field.name}`, box = el("div", { className: "calc-field" }, el("label", { htmlFor: fieldId, textContent: field.label }));
       if (field.choices) {
-        box.append(make("select", { id: fieldId, name: field.name }, ...Object.entries(field.choices).map(([name, number]) =>
-          make("option", { value: name, textContent: `${name} (${number}${field.unit ? " " + field.unit : ""})`, selected: name === defaults[field.name] }))));
+        box.append(el("select", { id: fieldId, name: field.name }, ...Object.entries(field.choices).map(([name, number]) =>
+          el("option", { value: name, textContent: `${name} (${number}${field.unit ? " " + field.unit : ""})`, selected: name === defaults[field.name] }))));
       } else {
-        const input = make("input", { id: fieldId, name: field.name, type: "text", value: String(Number((defaults[field.name] / field.scale).toPrecision(6))), autocomplete: "off" });
+        const input = el("input", { id: fieldId, name: field.name, type: "text", value: String(Number((defaults[field.name] / field.scale).toPrecision(6))), autocomplete: "off" });
         input.inputMode = field.whole ? "numeric" : "decimal";
         input.setAttribute("aria-describedby", `${fieldId}-note`);
-        box.append(input, make("span", { className: "calc-unit", id: `${fieldId}-note`, textContent: field.unit }));
+        box.append(input, el("span", { className: "calc-unit", id: `${fieldId}-note`, textContent: field.unit }));
         if (calc.chart && calc.chart.x === field.name) {
-          const slider = make("input", { className: "calc-slider", type: "range", step: "1",
+          const slider = el("input", { className: "calc-slider", type: "range", step: "1",
             min: String(Math.round(Math.log10(field.min) * 100)), max: String(Math.round(Math.log10(field.max) * 100)) });
           slider.dataset.slider = field.name;
           slider.setAttribute("aria-label", `${field.label}, on a log scale`);
@@ -163,12 +160,12 @@ const InfraLensCalc = (() => {
       }
       fields.append(box);
     });
-    const results = make("dl", { className: "calc-results" }, ...calc.outputs.map((output) =>
-      make("div", {}, make("dt", { textContent: output.label }), make("dd", {}, make("output", { name: output.name }), make("span", { className: "calc-work" })))));
+    const results = el("dl", { className: "calc-results" }, ...calc.outputs.map((output) =>
+      el("div", {}, el("dt", { textContent: output.label }), el("dd", {}, el("output", { name: output.name }), el("span", { className: "calc-work" })))));
     results.setAttribute("aria-live", "polite");
     results.querySelectorAll(".calc-work").forEach((span, index) => { span.dataset.work = calc.outputs[index].name; });
-    form.append(fields, results, make("p", { className: "calc-status", id: `calc-${id}-status`, role: "status" }),
-      make("p", { className: "calc-share" }, make("a", { href: `#calc-${id}`, textContent: "Link to these inputs" })));
+    form.append(fields, results, el("p", { className: "calc-status", id: `calc-${id}-status`, role: "status" }),
+      el("p", { className: "calc-share" }, el("a", { href: `#calc-${id}`, textContent: "Link to these inputs" })));
     section.querySelector(".calc-open").after(form);
   }
 

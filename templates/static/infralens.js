@@ -1,13 +1,47 @@
 /* InfraLens reader: theme toggle, folding navigation, annotated code reader, line links, copy
-   buttons, reading progress, and the loaders of search and calculators. Progressive
-   enhancement only: every page reads completely without this file. No dependencies. */
+   buttons, reading progress, and the loaders of search and calculators; and window.InfraLens, the
+   helpers every other script of the theme uses. Progressive enhancement only: every page reads
+   completely without this file. No dependencies. */
 (() => {
   const doc = document, html = doc.documentElement;
   // The reader's script sits beside this one (run deferred, so currentScript names this file).
   const staticSrc = doc.currentScript && doc.currentScript.src.replace(/infralens\.js([?#].*)?$/, "");
   const readerSrc = staticSrc && staticSrc + "reader.js";
+
+  /* The shared helpers. They live in this file, which every page loads, rather than in a file of
+     their own, which would cost every page one more request and its bytes. The other scripts all
+     run after this one: a page's own (index.js, questions.js) come after it in base.html and run
+     deferred, in order; the rest are loaded by it or by the reader. */
   const $ = (selector, scope = doc) => scope.querySelector(selector);
   const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
+  // A new element with these properties, holding these children (nodes or text). Attributes that
+  // not every browser reflects as properties (role, aria-*) are the caller's to set.
+  const el = (tag, props, ...children) => {
+    const node = Object.assign(doc.createElement(tag), props);
+    node.append(...children);
+    return node;
+  };
+  /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
+     q: {id: 1 tried, 2 right}}}), under one localStorage key. Where storage is off (private mode,
+     a file:// page in some browsers) or full, read and update give null: nothing is kept. */
+  const key = "infralens-progress", progress = {
+    read() {
+      try { return JSON.parse(localStorage.getItem(key)) || {}; } catch (e) { return null; }
+    },
+    // Save change(a lab's entry, {} when new) as its entry; give every lab's entry.
+    update(lab, change) {
+      try {
+        const all = JSON.parse(localStorage.getItem(key)) || {};
+        all[lab] = change(all[lab] || {});
+        localStorage.setItem(key, JSON.stringify(all));
+        return all;
+      } catch (e) { return null; }
+    },
+    reset() {
+      try { localStorage.removeItem(key); } catch (e) { /* nothing was kept */ }
+    },
+  };
+  window.InfraLens = { $, $$, el, progress };
 
   /* Theme: follows the OS until the reader picks one; the pick is kept in localStorage. */
   function setUpTheme() {
@@ -43,10 +77,7 @@
     const load = () => {
       if (asked) return;
       asked = true;
-      doc.head.append(
-        Object.assign(doc.createElement("link"), { rel: "stylesheet", href: staticSrc + "search.css" }),
-        Object.assign(doc.createElement("script"), { src: staticSrc + "search.js" }),
-      );
+      doc.head.append(el("link", { rel: "stylesheet", href: staticSrc + "search.css" }), el("script", { src: staticSrc + "search.js" }));
     };
     input.addEventListener("focus", load);
     input.addEventListener("pointerenter", load);
@@ -67,13 +98,12 @@
   function setUpReaderLoader() {
     const listing = $(".excerpt") || $(".page-source pre.code");
     if (!listing || !readerSrc) return;
-    const src = readerSrc;
     const zones = [listing, ...$$(".key-blocks"), $(".bound-notes")].filter(Boolean);
     let asked = false;
     const load = () => {
       if (asked) return;
       asked = true;
-      doc.head.append(Object.assign(doc.createElement("script"), { src }));
+      doc.head.append(el("script", { src: readerSrc }));
     };
     const early = (event) => {
       if (window.InfraLensReader) return;
@@ -101,12 +131,11 @@
     const blocks = $$("[data-calc]");
     let loading;
     const open = (block, focus) => {
-      const add = (tag, props) => doc.head.appendChild(Object.assign(doc.createElement(tag), props));
-      loading = loading || new Promise((done) => {
-        add("link", { rel: "stylesheet", href: staticSrc + "calc-form.css" });
-        add("script", { src: staticSrc + "calculator.js", async: false });
-        add("script", { src: "calculators.js", async: false, onload: done });  // beside the lab page
-      });
+      loading = loading || new Promise((done) => doc.head.append(
+        el("link", { rel: "stylesheet", href: staticSrc + "calc-form.css" }),
+        el("script", { src: staticSrc + "calculator.js", async: false }),
+        el("script", { src: "calculators.js", async: false, onload: done }),  // beside the lab page
+      ));
       loading.then(() => InfraLensCalc.open(block, focus));
     };
     const followed = () => blocks.forEach((b) => location.hash.split("?")[0] === "#calc-" + b.dataset.calc && open(b));
@@ -119,23 +148,19 @@
     followed();
   }
 
-  /* Progress, in this browser only: the labs visited and the questions answered ({lab: {seen: 1,
-     q: {id: 1 tried, 2 right}}}), marked beside the links to labs of the navigation, the index's cards
-     and a lab's practice link (a link names its lab by its address). static/index.js sums it up and resets it. */
+  /* Progress (a lab page marks its lab seen), shown beside the links to labs of the navigation, the
+     index's cards and a lab's practice link (a link names its lab by its address). static/index.js
+     sums it up and resets it. */
   function setUpProgress() {
-    const key = "infralens-progress", lab = doc.body.dataset.lab, span = (props) => Object.assign(doc.createElement("span"), props);
-    let all;
-    try {
-      all = JSON.parse(localStorage.getItem(key)) || {};
-      if (lab) localStorage.setItem(key, JSON.stringify(Object.assign(all, { [lab]: { ...all[lab], seen: 1 } })));
-    } catch (e) { return; }
+    const lab = doc.body.dataset.lab, all = lab ? progress.update(lab, (mine) => ({ ...mine, seen: 1 })) : progress.read();
+    if (!all) return;
     $$(".sidenav li a, .lab-card-link, .practice-link").forEach((link) => {
       const mine = all[(link.pathname.match(/labs\/([^/]+)\/\w+\.html$/) || [])[1]], asked = link.dataset.questions;
       if (!mine) return;
       const got = Object.values(mine.q || {}).filter((v) => v > 1).length;
       link.append(
-        span({ className: "mark", textContent: asked ? "✓ " + got + "/" + asked : "✓", ariaHidden: "true" }),  // the words below say it
-        span({ className: "sr", textContent: " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")" }),
+        el("span", { className: "mark", ariaHidden: "true" }, asked ? "✓ " + got + "/" + asked : "✓"),  // the words below say it
+        el("span", { className: "sr" }, " (visited" + (asked ? ", " + got + " of " + asked + " questions right" : "") + ")"),
       );
     });
   }
@@ -148,8 +173,8 @@
   function setUpSide() {
     const figure = $(".excerpt"), notes = $$(".key-block"), wide = matchMedia("screen and (min-width:75rem)");
     if (!figure || !notes.length) return;
-    const column = Object.assign(doc.createElement("ol"), { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
-    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (el) => el.getBoundingClientRect(), at = (row) => rows.indexOf(row);
+    const column = el("ol", { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
+    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (node) => node.getBoundingClientRect(), at = (row) => rows.indexOf(row);
     const line = (row) => +row.id.replace(/^.*L/, ""), file = (id) => id.replace(/^#|L\d+$/g, "");  // L12, or s2-L12 in a walkthrough's other file
     const follow = () => {  // every box read before any class is set: one layout per scroll event, not one per note
       const middle = innerHeight / 2, beside = notes.map((n) => { const b = box(n); return wide.matches && b.top < middle && b.bottom > middle; });
@@ -187,7 +212,7 @@
   /* Copy buttons: the copied text is the code alone (numbers and badges are CSS content). */
   function copyText(text) {
     if (navigator.clipboard && isSecureContext) return navigator.clipboard.writeText(text);
-    const area = Object.assign(doc.createElement("textarea"), { value: text, readOnly: true });
+    const area = el("textarea", { value: text, readOnly: true });
     area.style.cssText = "position:fixed;opacity:0";
     doc.body.append(area);
     area.select();
@@ -198,9 +223,8 @@
 
   function setUpCopy() {
     $$("pre.code, .sample-output pre").forEach((pre) => {
-      const frame = Object.assign(doc.createElement("div"), { className: "code-frame" });
-      const button = Object.assign(doc.createElement("button"), { type: "button", className: "copy", textContent: "Copy" });
-      const what = pre.getAttribute("aria-label") || "Output";
+      const frame = el("div", { className: "code-frame" }), what = pre.getAttribute("aria-label") || "Output";
+      const button = el("button", { type: "button", className: "copy" }, "Copy");
       button.setAttribute("aria-label", "Copy " + what[0].toLowerCase() + what.slice(1));
       pre.before(frame);
       frame.append(pre, button);

@@ -1,9 +1,9 @@
 /* InfraLens questions: grade a reader's answer against the checked run's figure, on a lab's
    practice page (which loads this file; without it, each answer is a details reveal). A number is read as infralens/questions.py `reading` reads what the
    run printed (a browser test holds the two to one table). Each result is kept in this browser's
-   progress (localStorage "infralens-progress"); nothing leaves the browser. */
+   progress (InfraLens.progress, infralens.js); nothing leaves the browser. */
 (() => {
-  const doc = document;
+  const doc = document, { el, progress } = InfraLens;
   const PREFIXES = {
     k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15,
     Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50,
@@ -50,26 +50,24 @@
     return ["off", answer ? `Off: the answer is ${answer > 0 ? "positive" : "negative"}.` : "Off: the answer is zero."];
   }
 
+  // A question once answered right stays right. Storage off or full: the verdict still shows.
   function keep(form, right) {
-    const lab = doc.body.dataset.lab;
-    try {
-      const progress = JSON.parse(localStorage.getItem("infralens-progress") || "{}");
-      const mine = (progress[lab] = progress[lab] || {});
-      mine.q = mine.q || {};
-      mine.q[form.dataset.q] = Math.max(mine.q[form.dataset.q] || 0, right ? 2 : 1);
-      localStorage.setItem("infralens-progress", JSON.stringify(progress));
-    } catch (e) { /* storage off or full: the verdict still shows */ }
+    progress.update(doc.body.dataset.lab, (mine) => {
+      const q = { ...mine.q }, id = form.dataset.q;
+      q[id] = Math.max(q[id] || 0, right ? 2 : 1);
+      return { ...mine, q };
+    });
   }
 
   function say(form, kind, words, why) {
     let out = form.nextElementSibling;
     if (!out || !out.matches(".q-verdict")) {
-      out = Object.assign(doc.createElement("p"), { className: "q-verdict" });
+      out = el("p", { className: "q-verdict" });
       out.setAttribute("role", "status");
       form.after(out);
     }
     out.className = "q-verdict " + kind;
-    out.replaceChildren(Object.assign(doc.createElement("strong"), { textContent: words }));
+    out.replaceChildren(el("strong", {}, words));
     if (why) out.append(" ", ...why.cloneNode(true).childNodes);
   }
 

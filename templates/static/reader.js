@@ -1,13 +1,11 @@
 /* InfraLens reader, loaded by infralens.js when a reader first reaches for the code or the notes:
    selecting a key block (#kb-name, lab pages) or lines (#L12, #L12-L18), the note panel under the
-   code, and the execution-state panel's loader. No dependencies. */
+   code, and the execution-state panel's loader. Uses window.InfraLens (infralens.js). */
 (() => {
-  const doc = document;
-  const $ = (selector, scope = doc) => scope.querySelector(selector);
-  const $$ = (selector, scope = doc) => [...scope.querySelectorAll(selector)];
+  const doc = document, { $, $$, el } = InfraLens;
   // Its panels' styles sit beside it.
   const here = doc.currentScript && doc.currentScript.src;
-  if (here) doc.head.append(Object.assign(doc.createElement("link"), { rel: "stylesheet", href: here.replace(/reader\.js([?#].*)?$/, "reader.css") }));
+  if (here) doc.head.append(el("link", { rel: "stylesheet", href: here.replace(/reader\.js([?#].*)?$/, "reader.css") }));
 
   /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
   // `listing` holds the code: a lab page's excerpt (every step of a walkthrough), or the source view's.
@@ -44,7 +42,7 @@
     if (figure.dataset.stateAsked) return;
     figure.dataset.stateAsked = "1";
     for (const src of [figure.dataset.statePanel, figure.dataset.state]) {
-      doc.head.append(Object.assign(doc.createElement("script"), { src, async: false }));  // in this order
+      doc.head.append(el("script", { src, async: false }));  // in this order
     }
   }
   window.InfraLensPending = () => stateWanted;
@@ -92,7 +90,7 @@
   }
 
   function buildPanel(figure) {
-    panel = Object.assign(doc.createElement("div"), { className: "kb-panel", hidden: true });
+    panel = el("div", { className: "kb-panel", hidden: true });
     panel.setAttribute("role", "region");
     panel.setAttribute("aria-label", "Selected note");
     panel.setAttribute("aria-live", "polite");
@@ -102,8 +100,7 @@
       '<button type="button" class="kb-panel-prev">Previous note</button>' +
       '<button type="button" class="kb-panel-next">Next note</button>' +
       '<button type="button" class="kb-panel-close">Close</button></p>';
-    const dock = Object.assign(doc.createElement("div"), { className: "dock" });
-    dock.append(panel);
+    const dock = el("div", { className: "dock" }, panel);
     figure.insertBefore(dock, $("figcaption", figure));
     const step = (delta) => {
       const all = blocks(), next = all[all.indexOf(active()) + delta];

@@ -1,22 +1,20 @@
 /* Site search: a combobox over search-index.js, loaded on first use; no server, works from file://.
    Queries split as infralens/search.py splits text; every term must prefix-match a token.
-   It may arrive after the reader focused the box and typed (infralens.js loads it on first use). */
+   It may arrive after the reader focused the box and typed (infralens.js loads it on first use).
+   Uses window.InfraLens (infralens.js). */
 (() => {
-  const box = document.querySelector("[data-search-index]");
+  const { $, el } = InfraLens, box = $("[data-search-index]");
   if (!box || box.searchReady) return;
   box.searchReady = true;
   // The page carries only the input; the combobox's list, message and live status are made here.
-  const make = (tag, props, attributes = {}) => {
-    const element = Object.assign(document.createElement(tag), props);
-    Object.entries(attributes).forEach(([name, value]) => element.setAttribute(name, value));
-    return element;
-  };
-  const input = box.querySelector("input");
-  const list = make("div", { className: "site-search-results", id: "site-search-results", hidden: true }, { role: "listbox", "aria-label": "Search results" });
-  const message = make("p", { className: "site-search-message" });
-  const panel = make("div", { className: "site-search-panel", hidden: true });
-  const status = make("p", { className: "site-search-status" }, { role: "status" });
-  panel.append(list, message);
+  const input = $("input", box);
+  const list = el("div", { className: "site-search-results", id: "site-search-results", hidden: true });
+  list.setAttribute("role", "listbox");
+  list.setAttribute("aria-label", "Search results");
+  const message = el("p", { className: "site-search-message" });
+  const panel = el("div", { className: "site-search-panel", hidden: true }, list, message);
+  const status = el("p", { className: "site-search-status" });
+  status.setAttribute("role", "status");
   box.append(panel, status);
   Object.entries({ role: "combobox", "aria-autocomplete": "list", "aria-expanded": "false", "aria-controls": list.id })
     .forEach(([name, value]) => input.setAttribute(name, value));
@@ -25,7 +23,7 @@
   const failed = () => say("Search is unavailable: its index did not load.");
 
   function script(src, onload) {
-    document.head.append(Object.assign(document.createElement("script"), {src, onload, onerror: failed}));
+    document.head.append(el("script", {src, onload, onerror: failed}));
   }
 
   // search-index.js names the index's chunks (a few dozen labs each, so a build rewrites only the
@@ -85,11 +83,11 @@
 
   // Text with the terms marked, built as nodes: index text is never parsed as HTML.
   function marked(className, text, terms) {
-    const span = Object.assign(document.createElement("span"), {className});
+    const span = el("span", {className});
     let at = 0;
     for (const m of text.matchAll(pattern(terms))) {
       const start = m.index + m[1].length;
-      span.append(text.slice(at, start), Object.assign(document.createElement("mark"), {textContent: m[2]}));
+      span.append(text.slice(at, start), el("mark", {}, m[2]));
       at = start + m[2].length;
     }
     span.append(text.slice(at));
@@ -98,7 +96,7 @@
 
   function option({doc, terms, hits}, i) {
     const [title, crumb, url, snippet] = index.docs[doc];
-    const a = Object.assign(document.createElement("a"), {id: `site-search-option-${i}`, href: box.dataset.searchRoot + url, tabIndex: -1});
+    const a = el("a", {id: `site-search-option-${i}`, href: box.dataset.searchRoot + url, tabIndex: -1});
     a.setAttribute("role", "option");
     a.setAttribute("aria-selected", "false");
     a.append(marked("site-search-title", title, terms), marked("site-search-crumb", crumb, terms), marked("site-search-snippet", snippet, terms));

@@ -4,15 +4,9 @@
    and what each line bound (⬆). A function called several times, or a line run many times,
    kept its first runs and its last: the reader steps through them (‹ call 2 of 5 ›). */
 (() => {
-  const doc = document;
+  const doc = document, { el } = InfraLens;
   let data = null, panel = null, body = null, live = null, wanted = null, at = 0;
 
-  const el = (tag, className, text) => {
-    const node = doc.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = text;
-    return node;
-  };
   const lineOf = (row) => +row.id.slice(1);
   const fmt = (n) => n.toLocaleString("en-US");
 
@@ -40,20 +34,16 @@
   }
 
   function item(list, mark, label, name, value) {
-    const li = el("li");
-    li.append(el("span", "st-mark", mark), " ");
-    const what = el("span", "st-what", label + " ");
-    what.append(el("code", "", name));
-    li.append(what, " = ", el("span", "st-value", value));
-    list.append(li);
+    const what = el("span", { className: "st-what" }, label + " ", el("code", {}, name));
+    list.append(el("li", {}, el("span", { className: "st-mark" }, mark), " ", what, " = ", el("span", { className: "st-value" }, value)));
   }
 
   function render() {
     if (!panel) {
-      panel = el("section", "state-panel");
+      panel = el("section", { className: "state-panel" });
       panel.setAttribute("aria-label", "Execution state");
       // The step is announced from a region that stays, so screen readers hear each change.
-      live = el("p", "st-live");
+      live = el("p", { className: "st-live" });
       live.setAttribute("aria-live", "polite");
       body = el("div");
       panel.append(body, live);
@@ -65,13 +55,11 @@
     const step = steps(numbers);
     if (step) at = Math.min(at, step.list.length - 1);
     body.replaceChildren();
-    const head = el("p", "st-head");
-    head.append(el("strong", "", "Execution state"), " ", el("span", "st-run", `recorded by the checked run of ${data.run.slice(0, 10)}${data.truncated ? " (truncated)" : ""}`));
-    body.append(head);
+    body.append(el("p", { className: "st-head" }, el("strong", {}, "Execution state"), " ",
+      el("span", { className: "st-run" }, `recorded by the checked run of ${data.run.slice(0, 10)}${data.truncated ? " (truncated)" : ""}`)));
     if (step) {
-      const bar = el("p", "st-step");
-      const prev = el("button", "st-prev", "‹"), next = el("button", "st-next", "›");
-      prev.type = next.type = "button";
+      const bar = el("p", { className: "st-step" });
+      const prev = el("button", { type: "button", className: "st-prev" }, "‹"), next = el("button", { type: "button", className: "st-next" }, "›");
       prev.setAttribute("aria-label", `Previous ${step.kind}`);
       next.setAttribute("aria-label", `Next ${step.kind}`);
       prev.disabled = at === 0;
@@ -86,21 +74,20 @@
       };
       prev.onclick = () => go(-1, ".st-prev", ".st-next");
       next.onclick = () => go(1, ".st-next", ".st-prev");
-      const label = el("span", "st-at", `${step.kind} ${fmt(step.list[at])} of ${fmt(step.count)}${step.exact ? "" : "+"}`);
+      const label = el("span", { className: "st-at" }, `${step.kind} ${fmt(step.list[at])} of ${fmt(step.count)}${step.exact ? "" : "+"}`);
       bar.append(prev, " ", label, " ", next);
-      if (step.list.length < step.count) bar.append(" ", el("span", "st-kept", `(${step.list.length} of ${fmt(step.count)} kept)`));
+      if (step.list.length < step.count) bar.append(" ", el("span", { className: "st-kept" }, `(${step.list.length} of ${fmt(step.count)} kept)`));
       body.append(bar);
     }
     for (const n of numbers) {
-      const row = doc.getElementById("L" + n), box = el("div", "st-line");
-      const title = el("p", "st-title");
-      const link = el("a", "", `Line ${n}`);
-      link.href = "#L" + n;
-      title.append(link, " ", el("code", "", row.textContent.trim().slice(0, 90)));
+      const row = doc.getElementById("L" + n), box = el("div", { className: "st-line" });
+      const title = el("p", { className: "st-title" });
+      const link = el("a", { href: "#L" + n }, `Line ${n}`);
+      title.append(link, " ", el("code", {}, row.textContent.trim().slice(0, 90)));
       const where = (data.calls[n] || data.lines[n]).p;
-      if (where) title.append(" ", el("span", "st-where", `in ${where}`));
+      if (where) title.append(" ", el("span", { className: "st-where" }, `in ${where}`));
       box.append(title);
-      const list = el("ul", "st-values");
+      const list = el("ul", { className: "st-values" });
       const call = data.calls[n], line = data.lines[n];
       const c = call && sampleOf(call, step, true), s = line && sampleOf(line, step, false);
       if (c) {
@@ -108,9 +95,9 @@
         if (c.r !== null) item(list, "↩", "returned", "return", c.r);
       }
       if (s) s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value));
-      if (!c && !s) list.append(el("li", "st-none", step && step.kind === "call" ? "not run in this call" : "not recorded"));
+      if (!c && !s) list.append(el("li", { className: "st-none" }, step && step.kind === "call" ? "not run in this call" : "not recorded"));
       const runs = (call || line).c;
-      if (runs > 1 && !step) box.append(el("p", "st-runs", `last of ${fmt(runs)} runs`));
+      if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, `last of ${fmt(runs)} runs`));
       box.append(list);
       body.append(box);
     }
