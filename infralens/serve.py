@@ -37,7 +37,7 @@ SETTLE_MS = 20
 
 
 @dataclass
-class BuildState:
+class LastBuild:
     """What the last build said, and the overlay pages get; shared between the watcher and request threads."""
 
     version: int = 0
@@ -59,7 +59,7 @@ class BuildState:
             return {"version": self.version, "errors": list(self.errors), "seconds": round(self.seconds, 4)}
 
 
-def rebuild(ws: Workspace, session: Session, state: BuildState, log) -> None:
+def rebuild(ws: Workspace, session: Session, state: LastBuild, log) -> None:
     """Build once, redoing only what changed since the last build of this session, and record the outcome."""
     started = time.perf_counter()
     try:
@@ -123,7 +123,7 @@ class Handler(SimpleHTTPRequestHandler):
 
     timeout = 30
 
-    def __init__(self, *args, state: BuildState, directory: str, **kwargs) -> None:
+    def __init__(self, *args, state: LastBuild, directory: str, **kwargs) -> None:
         self.state = state
         super().__init__(*args, directory=directory, **kwargs)
 
@@ -257,7 +257,7 @@ def serve(site_path: Path, out_dir: Path, port: int, log, ready=None, stop: thre
     """Build, serve and watch until `stop` is set (or forever)."""
     ws = Workspace.open(site_path, out_dir, cache_dir)
     session = Session(keep_state=True)
-    state = BuildState()
+    state = LastBuild()
     stop = stop or threading.Event()
     events: queue.Queue[set[str]] = queue.Queue()
     # Watching starts before the first build: an edit saved while it runs is then seen as a change.

@@ -16,7 +16,7 @@ from infralens.build.render import Page
 
 
 @dataclass(frozen=True)
-class Link:
+class PageLink:
     """One href or src on a page."""
 
     page: str
@@ -57,14 +57,14 @@ def collect(pages: list[Page]) -> tuple[dict[str, set[str]], dict[str, list[tupl
     return ids, links
 
 
-def check_links(pages: list[Page], files: set[str]) -> list[Link]:
+def check_links(pages: list[Page], files: set[str]) -> list[PageLink]:
     """Return every link of the site with its problem, if any; `files` are the copied outputs."""
     ids, links = collect(pages)
     files = files | {page.path for page in pages if page.path not in ids}  # a script such as the search index
     result = []
     for page in html_pages(pages):
         for line, col, target in links[page.path]:
-            result.append(Link(page.path, line, col, target, _problem(page.path, target, ids, files)))
+            result.append(PageLink(page.path, line, col, target, _problem(page.path, target, ids, files)))
     return result
 
 

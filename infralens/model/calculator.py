@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import yaml
 
@@ -44,7 +45,8 @@ from infralens.model.site import ID_PATTERN
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
-FORMATS = ("number", "int", "bytes", "bytes-iec", "si", "ratio", "percent", "label")
+Format = Literal["number", "int", "bytes", "bytes-iec", "si", "ratio", "percent", "label"]
+FORMATS: tuple[Format, ...] = get_args(Format)
 """How an output's value is shown: as it is (3 significant digits), whole with separators, bytes
 scaled by 1000 (KB, MB, GB) or 1024 (KiB, MiB, GiB), any unit scaled by 1000 (k, M, G, T: FLOP/s),
 a ratio (4.2x), a fraction as a percentage, or one of `labels` by its index (0 or 1: a yes/no)."""
@@ -152,7 +154,7 @@ class CalcOutput:
         "`estimate_memory(Config(num_layers=layers)).kv_cache_bytes`."
     ), required=True)
     unit: str | None = declared(Text("Text after the value, e.g. 'per token' (bytes formats write their own B)."))
-    format: str = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
+    format: Format = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
     tolerance: Numeric = declared(Value(f"Relative gap allowed from the starter's value when either is not a whole number (default {DEFAULT_TOLERANCE:g})."), default=DEFAULT_TOLERANCE)
     labels: tuple[str, ...] | None = declared(ListOf(Text(), "With `format: label`: what the values 0, 1, ... read as, e.g. `[compute-bound, memory-bound]`.", min_items=2))
     digits: int = declared(Integer("Significant digits shown below 1,000 (default 3; 4.125 needs 4).", minimum=1), default=3)
@@ -177,14 +179,15 @@ class Requirement:
     mark: Mark = derived("Where the requirement is declared.")
 
 
-CHARTS = ("roofline",)
+ChartKind = Literal["roofline"]
+CHARTS: tuple[ChartKind, ...] = get_args(ChartKind)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Chart:
     """A picture of the calculator: a log-log roofline drawn at build, whose marker follows the inputs."""
 
-    kind: str = declared(Choice(CHARTS, "The kind of picture: `roofline`."), required=True)
+    kind: ChartKind = declared(Choice(CHARTS, "The kind of picture: `roofline`."), required=True)
     x: str = declared(Text("The input along the x axis: the kernel's arithmetic intensity (FLOP/B); it gets a log-scale slider.", IDENTIFIER), required=True)
     y: str = declared(Text("The output up the y axis: the attainable FLOP/s at x.", IDENTIFIER), required=True)
     peak: str = declared(Text("The input holding the compute ceiling (FLOP/s).", IDENTIFIER), required=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from infralens.errors import Mark
 from infralens.model.calculator import CALCULATOR, Calculator
@@ -37,8 +38,12 @@ DEFAULT_KIND_LINE = "Annotated code reading lab. Running code is optional."
 TRACE_KIND_LINE = "Failure trace: what broke, how it was found, what fixed it. Every step runs and is checked."
 
 
-KINDS: dict[str, str] = {"runnable": "Runnable", "reading": "Reading", "trace": "Failure trace"}
+Kind = Literal["runnable", "reading", "trace"]
+KINDS: dict[Kind, str] = {"runnable": "Runnable", "reading": "Reading", "trace": "Failure trace"}
 """Lab kinds and their badges. A trace tells one failure in order: what broke, how it was found, what fixed it."""
+
+ReferenceKind = Literal["official", "paper", "blog", "code"]
+"""What sort of source a further-reading link is."""
 
 
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -66,7 +71,7 @@ TRACE_SECTIONS: dict[str, tuple[str, str]] = {
 """A failure trace's own eyebrows and default titles, over SECTIONS."""
 
 
-def sections_of(kind: str) -> tuple[tuple[str, str, str], ...]:
+def sections_of(kind: Kind) -> tuple[tuple[str, str, str], ...]:
     """Return a kind's page sections in order: (id, eyebrow label, default title)."""
     if kind != "trace":
         return SECTIONS
@@ -103,7 +108,7 @@ class Intuition:
 class Reference:
     """A further-reading entry."""
 
-    kind: str = declared(Choice(("official", "paper", "blog", "code"), "What sort of source this is."), required=True)
+    kind: ReferenceKind = declared(Choice(get_args(ReferenceKind), "What sort of source this is."), required=True)
     title: str = declared(Text("Title of the source."), required=True)
     url: str = declared(Url("http(s) address."), required=True)
 
@@ -134,8 +139,8 @@ class Lab:
     summary: str = declared(Prose("One line for the index. " + MARKDOWN), required=True)
     topic: str = declared(Prose("Handbook topic in the index's map, e.g. 'KV cache' (default: the title). " + MARKDOWN))
     concrete: str = declared(Prose("One line in the index's map: what this lab makes concrete (default: the summary). " + MARKDOWN))
-    kind: str = declared(Choice(
-        tuple(KINDS),
+    kind: Kind = declared(Choice(
+        get_args(Kind),
         "Index badge and page shape; default: runnable when a starter runs. A 'trace' tells one failure in order "
         "(what broke, how it was found, what fixed it) under its own section titles.",
     ))
@@ -244,7 +249,7 @@ class LabCard:
     summary: str
     topic: str
     concrete: str
-    kind: str
+    kind: Kind
     starters: tuple[Starter, ...]
     number_mark: Mark
     track_mark: Mark

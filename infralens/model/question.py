@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from infralens.errors import Mark
 from infralens.model.schema import (
     MARKDOWN,
+    Constant,
     Context,
     Fields,
     ListOf,
-    Literal,
     Number,
     Prose,
     Regex,
@@ -77,7 +77,7 @@ class Option:
     """One choice of a question, with why it is right or not."""
 
     text: str = declared(Prose("The choice as the reader sees it. " + MARKDOWN), required=True)
-    correct: bool = declared(Literal(True, "`true` on the one right choice."), default=False)
+    correct: bool = declared(Constant(True, "`true` on the one right choice."), default=False)
     why: str = declared(Prose("Why it is right, or why not: shown when the reader picks it and in the answer. " + MARKDOWN), required=True)
     mark: Mark = derived("Where the choice is declared.")
 

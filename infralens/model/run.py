@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from infralens.errors import Mark
-from infralens.model.starter import Starter
+from infralens.model.starter import Device, Starter
+
+Status = Literal["passed", "failed", "timeout", "skipped"]
+"""How a run ended: skipped when the machine lacks the device it needs."""
 
 
 @dataclass(frozen=True)
@@ -14,7 +18,7 @@ class RunResult:
 
     lab: str
     starter: str
-    status: str
+    status: Status
     """'passed', 'failed', 'timeout', or 'skipped' (the machine lacks the device the run needs)."""
     seconds: float
     returncode: int | None
@@ -37,7 +41,7 @@ class RunResult:
     """The digest of the calculators' request the parity probe answered (see calculators.py)."""
     answers: str = ""
     """The probe's answers (JSON), when the run passed and the lab has calculators mirroring it."""
-    device: str = "cpu"
+    device: Device = "cpu"
     """The device the run is for (its run spec's); one starter has a result per device."""
     hardware: str = ""
     """What it ran on (see devices.py): CPU model, or GPU, memory, driver and CUDA; torch, Python."""

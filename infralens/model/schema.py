@@ -491,7 +491,7 @@ class Either(Spec):
 
 
 @dataclass
-class Literal(Spec):
+class Constant(Spec):
     """Exactly one YAML scalar value, such as `false`."""
 
     value: Any

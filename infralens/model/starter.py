@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import yaml
 
@@ -12,12 +13,12 @@ from infralens.model.schema import (
     INVALID,
     MARKDOWN,
     Choice,
+    Constant,
     Context,
     Either,
     Field,
     Fields,
     ListOf,
-    Literal,
     Number,
     Prose,
     Record,
@@ -44,7 +45,8 @@ ARTIFACT = Text(
 )
 
 
-DEVICES = ("cpu", "cuda")
+Device = Literal["cpu", "cuda"]
+DEVICES: tuple[Device, ...] = get_args(Device)
 """What a run may need: any machine, or an NVIDIA GPU with a CUDA build of torch."""
 
 
@@ -64,7 +66,7 @@ class RunSpec:
     artifacts: tuple[str, ...] = declared(
         ListOf(ARTIFACT, "Files the run writes into its working folder (regular files, not symlinks, of at most 8 MiB); the lab page shows them (SVG and PNG as figures)."), default=()
     )
-    device: str = declared(
+    device: Device = declared(
         Choice(DEVICES, "What the run needs: cpu (any machine) or cuda (an NVIDIA GPU and a CUDA build of torch). Where it is missing, check reports the run skipped, never passed."),
         default="cpu",
     )
@@ -152,7 +154,7 @@ class Starter:
     role: str = declared(Prose("One line: what this file is for. " + MARKDOWN), required=True)
     run: RunSpec | None = declared(
         Either(
-            scalar=Literal(False, "Never run this starter."),
+            scalar=Constant(False, "Never run this starter."),
             mapping=record(RunSpec, "run"),
             sequence=ListOf(record(RunSpec, "run"), min_items=1),
             expected="a run mapping, a list of them (one per device) or false",
@@ -172,12 +174,13 @@ class Starter:
 class Selector:
     """Which part of a starter the preview shows: a region, symbol, line range or heading."""
 
-    kind: str
+    kind: SelectorKind
     value: str
     mark: Mark
 
 
-SELECTORS = ("region", "symbol", "lines", "heading")
+SelectorKind = Literal["region", "symbol", "lines", "heading"]
+SELECTORS: tuple[SelectorKind, ...] = get_args(SelectorKind)
 
 
 def _preview(f: Fields, ctx: Context) -> dict:
@@ -207,8 +210,7 @@ class Preview:
 class LineBinding:
     """How a key block names its lines: one literal text, a from/to span, or file line numbers."""
 
-    kind: str
-    """'text', 'span' or 'range'."""
+    kind: Literal["text", "span", "range"]
     text: str = ""
     until: str = ""
     first: int = 0
