@@ -325,12 +325,12 @@ MEMORY_PROBE = """
 import gc, sys, tracemalloc
 from pathlib import Path
 from infralens.build import Session
-from infralens.serve import BuildState, rebuild
+from infralens.serve import LastBuild, rebuild
 from infralens.project.workspace import Workspace
 
 root = Path(sys.argv[1])
 ws = Workspace.open(root / "site.yml", root / "output")
-session, state = Session(keep_state=True), BuildState()
+session, state = Session(keep_state=True), LastBuild()
 starter = root / "code/lab-01-sample/kv.py"
 original = starter.read_text()
 
