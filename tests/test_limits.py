@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import add_starter, run_infralens, run_of
 
-from infralens.check.runner import KEPT_OUTPUT
 from infralens.check.process import Output
+from infralens.check.runner import KEPT_OUTPUT
 
 
 @pytest.mark.unit

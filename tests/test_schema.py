@@ -45,8 +45,8 @@ def test_the_schema_rejects_what_the_build_rejects(case: str) -> None:
 
 @pytest.mark.unit
 def test_every_declared_field_is_in_the_schema_with_its_doc_and_nothing_else_is() -> None:
+    from infralens.model.declare import declarations
     from infralens.model.lab import Lab
-    from infralens.model.schema import declarations
     from infralens.model.site import Site
     from infralens.model.starter import Starter
 

@@ -18,9 +18,10 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import Iterable
 
+from infralens.model.declare import texts
 from infralens.model.lab import SECTIONS, Lab
 from infralens.model.resolved import ResolvedLab
-from infralens.model.schema import Choice, Regex, Spec, Text, texts
+from infralens.model.schema import Choice, Regex, Spec, Text
 from infralens.model.site import Site
 from infralens.text.highlight import SourceFile
 from infralens.urls import href, lab_url, source_url

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
+from infralens.model.declare import texts
 from infralens.model.lab import Lab
-from infralens.model.schema import Prose, texts
+from infralens.model.schema import Prose
 
 _TEX_COMMA = "{,}"
 """How TeX math writes a thousands separator: `6{,}738`."""

@@ -8,6 +8,7 @@ from typing import Literal, get_args
 import yaml
 
 from infralens.errors import Mark
+from infralens.model.declare import declared, derived, record
 from infralens.model.expr import (
     FUNCTIONS,
     ExprError,
@@ -34,10 +35,7 @@ from infralens.model.schema import (
     Text,
     Value,
     Written,
-    declared,
-    derived,
     did_you_mean,
-    record,
     scalar_value,
 )
 from infralens.model.site import ID_PATTERN

@@ -7,6 +7,7 @@ from typing import Literal, get_args
 
 from infralens.errors import Mark
 from infralens.model.calculator import CALCULATOR, Calculator
+from infralens.model.declare import declared, derived, record
 from infralens.model.question import QUESTION, NumericAnswer, Question
 from infralens.model.schema import (
     MARKDOWN,
@@ -19,9 +20,6 @@ from infralens.model.schema import (
     Record,
     Text,
     Url,
-    declared,
-    derived,
-    record,
 )
 from infralens.model.starter import (
     PREVIEW,

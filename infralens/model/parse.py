@@ -8,6 +8,7 @@ so are the editors' JSON Schemas and schema/reference.md written from here.
 from __future__ import annotations
 
 from infralens.errors import Mark, Problems
+from infralens.model.declare import record
 from infralens.model.lab import (
     DEFAULT_KIND_LINE,
     TRACE_KIND_LINE,
@@ -18,17 +19,10 @@ from infralens.model.lab import (
     question_id,
 )
 from infralens.model.run import run_name
-from infralens.model.schema import (
-    INVALID,
-    Context,
-    Fields,
-    Record,
-    compose,
-    did_you_mean,
-    record,
-)
+from infralens.model.schema import INVALID, Context, Fields, Record, did_you_mean
 from infralens.model.site import Site, Track
 from infralens.model.starter import KeyBlockSpec, Starter
+from infralens.model.yaml_input import compose
 
 
 def _lab(f: Fields, ctx: Context) -> dict:

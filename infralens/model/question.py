@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from infralens.errors import Mark
+from infralens.model.declare import declared, derived, record
 from infralens.model.schema import (
     MARKDOWN,
     Constant,
@@ -18,9 +19,6 @@ from infralens.model.schema import (
     Source,
     Text,
     Written,
-    declared,
-    derived,
-    record,
 )
 from infralens.model.site import ID_PATTERN
 

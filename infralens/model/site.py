@@ -5,16 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infralens.errors import Mark
-from infralens.model.schema import (
-    MARKDOWN,
-    ListOf,
-    Prose,
-    Text,
-    Url,
-    declared,
-    derived,
-    record,
-)
+from infralens.model.declare import declared, derived, record
+from infralens.model.schema import MARKDOWN, ListOf, Prose, Text, Url
 
 ID_PATTERN = r"[a-z0-9][a-z0-9-]*"
 """What a track id and a lab id (a manifest's file stem) may look like."""

@@ -9,6 +9,7 @@ from typing import Literal, get_args
 import yaml
 
 from infralens.errors import Mark
+from infralens.model.declare import declared, derived, record
 from infralens.model.schema import (
     INVALID,
     MARKDOWN,
@@ -25,11 +26,8 @@ from infralens.model.schema import (
     Regex,
     Spec,
     Text,
-    declared,
-    derived,
     describe,
     parse_range,
-    record,
     scalar_value,
 )
 
