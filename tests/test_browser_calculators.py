@@ -24,13 +24,8 @@ from hypothesis import strategies as st
 from playwright.sync_api import expect
 
 from infralens.build import load_project
-from infralens.lab.calculators import (
-    check_calculator,
-    listed_cases,
-    outputs_at,
-    show,
-    unmet,
-)
+from infralens.lab.calculators import check_calculator, listed_cases, outputs_at, unmet
+from infralens.lab.shown import show
 from infralens.model.expr import ExprError
 
 pytestmark = pytest.mark.browser

@@ -10,19 +10,8 @@ import pytest
 from conftest import REPO, TESTS, run_infralens
 
 from infralens.errors import InputError
-from infralens.lab.calculators import (
-    arithmetic,
-    calculators_script,
-    check_calculator,
-    check_lab_calculators,
-    listed_cases,
-    probe_request,
-    show,
-    show_input,
-    significant,
-    starter_probe,
-    unmet,
-)
+from infralens.lab.calculators import calculators_script, check_calculator, check_lab_calculators, listed_cases, probe_request, starter_probe, unmet
+from infralens.lab.shown import arithmetic, show, show_input, significant
 from infralens.model.expr import ExprError, parse_call, parse_expr
 from infralens.model.parse import parse_lab
 from infralens.model.run import RunResult

@@ -5,31 +5,35 @@ Pure. Input: a lab's `Calculator` models and, when `check` has recorded them, th
 calculator that disagrees with its starter (each at its manifest line), and the values a page
 shows: a table of the defaults and presets with their results, the arithmetic of each result
 with its inputs in place, and the data of the page's "Try it" script. Numbers are shown by
-`show`, which templates/static/calculator.js repeats character for character (tested in Chromium).
+`lab.shown.show`, which templates/static/calculator.js repeats character for character; the
+roofline picture is `lab.roofline`.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
 import re
 from dataclasses import dataclass, replace
-from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
 from infralens.errors import Mark, Problem
+from infralens.lab.roofline import RooflineView, roofline_view
+from infralens.lab.shown import (
+    Case,
+    arithmetic,
+    headed,
+    show,
+    show_input,
+)
 from infralens.model.calculator import (
-    CalcOutput,
     Calculator,
     PresetTable,
     Printed,
     PrintedPreset,
 )
 from infralens.model.expr import (
-    BINARY,
-    COMPARE,
     EXACT,
     Expr,
     ExprError,
@@ -116,18 +120,6 @@ def probe_digest(request: dict | None) -> str:
 
 
 # ---------------------------------------------------------------- parity
-
-
-@dataclass(frozen=True)
-class Case:
-    """One row of a calculator's table: the defaults or a preset, with what the outputs give."""
-
-    label: str
-    values: tuple[tuple[str, Numeric | str], ...]
-    """Each input's value, a choice input by its name."""
-    results: tuple[tuple[str, Numeric], ...]
-    group: str = ""
-    """The group of the preset it comes from ("" for the defaults)."""
 
 
 @dataclass(frozen=True)
@@ -289,216 +281,6 @@ def _each(lab: Lab, runs: dict[str, RunResult]):
         yield calc, one, problems
 
 
-# ---------------------------------------------------------------- showing numbers
-
-
-UNSHOWN = 1e21
-"""From here on a number is shown as "> 1e21": the page's number formatting stops being exact."""
-TINY = 1e-6
-"""Below this (and above 0) a number is shown as "< 1e-6"."""
-
-
-def fixed(value: float, decimals: int) -> str:
-    """The value rounded half away from zero to `decimals` places, as JavaScript's toFixed does
-    (which writes -0 as 0)."""
-    return str(Decimal(value if value != 0 else 0).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
-
-
-def grouped(digits: str) -> str:
-    """Put thousands separators into the whole part of a decimal string."""
-    sign = "-" if digits.startswith("-") else ""
-    whole, _, fraction = digits.lstrip("-").partition(".")
-    parts = []
-    while len(whole) > 3:
-        parts.insert(0, whole[-3:])
-        whole = whole[:-3]
-    parts.insert(0, whole)
-    return sign + ",".join(parts) + ("." + fraction if fraction else "")
-
-
-def significant(value: Numeric, digits: int = 3) -> str:
-    """`digits` significant digits below 1,000 (trailing zeros dropped), whole with separators above."""
-    if value == 0:
-        return "0"
-    size = abs(value)
-    if size >= UNSHOWN:
-        return ("-" if value < 0 else "") + "> 1e21"
-    if size < TINY:
-        return ("-" if value < 0 else "") + "< 1e-6"
-    if size >= 1000:
-        return grouped(fixed(value, 0))
-    decimals, scaled = 0, size
-    while scaled < 10 ** (digits - 1):  # multiplied by ten, never a logarithm: the page does the same
-        decimals, scaled = decimals + 1, scaled * 10
-    text = fixed(value, decimals)
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "0") else grouped(text)
-
-
-SI = ("", "k", "M", "G", "T", "P", "E")
-IEC = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-
-
-def scaled(value: Numeric, base: int, prefixes: tuple[str, ...], digits: int = 3) -> tuple[str, str]:
-    """The value in the largest unit it reaches (to `digits` significant digits) and that unit's prefix."""
-    index, size = 0, abs(value)
-    while index < len(prefixes) - 1 and size >= base ** (index + 1):
-        index += 1
-    return significant(value / base**index, digits), prefixes[index]
-
-
-def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None, digits: int = 3) -> str:
-    """The text a page shows for an output (see models.FORMATS), to `digits` significant digits."""
-    after = f" {unit}" if unit else ""
-    if fmt == "label" and labels and float(value).is_integer() and 0 <= value < len(labels):
-        return labels[int(value)]
-    if fmt == "int":
-        return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
-    if fmt in ("bytes", "bytes-iec"):
-        number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC, digits)
-        if prefix and float(value).is_integer() and abs(value) < UNSHOWN:
-            return f"{number} {prefix}B ({grouped(fixed(value, 0))} B){after}"
-        return f"{number} {prefix}B{after}"
-    if fmt == "si":
-        number, prefix = scaled(value, 1000, SI, digits)
-        return f"{number} {prefix}{unit or ''}".rstrip()
-    if fmt == "ratio":
-        return f"{significant(value, digits)}×{after}"
-    if fmt == "percent":
-        return f"{significant(value * 100, digits)}%{after}"
-    return significant(value, digits) + after
-
-
-def shown(output: CalcOutput, value: Numeric) -> str:
-    """An output's value as its format shows it."""
-    return show(value, output.format, output.unit, output.labels, output.digits)
-
-
-def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = False) -> str:
-    """An input's value as the table shows it: a choice's name, or the number, with its unit
-    unless `bare` (the row's heading says it)."""
-    field = calc.input(name)
-    unit = f" {field.unit}" if field.unit and not bare else ""
-    if field.choices is not None:
-        return f"{value} ({significant(field.number(value))}{unit})"
-    return significant(value / field.scale) + unit
-
-
-def headed(label: str, unit: str | None) -> str:
-    """A table row's heading: the label, and the unit of its cells when they leave it out and the
-    label does not already say it ("Layers", not "Layers (layers)")."""
-    return f"{label} ({unit})" if unit and unit.lower() not in label.lower() else label
-
-
-# ---------------------------------------------------------------- the arithmetic shown
-
-
-Piece = str | tuple[str]
-"""A piece of an arithmetic line: text, or (name,) where the value of that input or output goes."""
-
-_SHOWN_BINARY = {"+": " + ", "-": " − ", "*": " × ", "/": " ÷ ", "%": " mod "}
-_SHOWN_COMPARE = {"<": " < ", "<=": " ≤ ", ">": " > ", ">=": " ≥ ", "==": " = ", "!=": " ≠ "}
-_PRECEDENCE = {"if": 0, "or": 1, "and": 2, "not": 3, "compare": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 7, "%": 6, "unary": 8, "**": 9, "atom": 10}
-
-
-def arithmetic(expr: Expr) -> tuple[Piece, ...]:
-    """The expression as a reader writes it (× ÷ ⌈ ⌉ ⌊ ⌋ and powers as ^), with a slot per name."""
-    pieces: list[Piece] = []
-    _pieces(expr.tree, pieces)
-    merged: list[Piece] = []
-    for piece in pieces:
-        if piece == "":
-            continue
-        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += piece
-        else:
-            merged.append(piece)
-    return tuple(merged)
-
-
-def _level(node: ast.AST) -> int:
-    if isinstance(node, ast.BinOp):
-        return _PRECEDENCE[BINARY[type(node.op)]]
-    if isinstance(node, ast.UnaryOp):
-        return _PRECEDENCE["not" if isinstance(node.op, ast.Not) else "unary"]
-    if isinstance(node, ast.BoolOp):
-        return _PRECEDENCE["and" if isinstance(node.op, ast.And) else "or"]
-    if isinstance(node, ast.Compare):
-        return _PRECEDENCE["compare"]
-    if isinstance(node, ast.IfExp):
-        return _PRECEDENCE["if"]
-    return _PRECEDENCE["atom"]
-
-
-def _wrapped(node: ast.AST, pieces: list[Piece], above: int, strict: bool = False) -> None:
-    level = _level(node)
-    paren = level < above or (strict and level == above)
-    pieces.append("(" if paren else "")
-    _pieces(node, pieces)
-    pieces.append(")" if paren else "")
-
-
-def _pieces(node: ast.AST, pieces: list[Piece]) -> None:
-    if isinstance(node, ast.Constant):
-        pieces.append(significant(node.value) if isinstance(node.value, float) else grouped(str(node.value)))
-    elif isinstance(node, ast.Name):
-        pieces.append((node.id,))
-    elif isinstance(node, ast.BinOp):
-        op = BINARY[type(node.op)]
-        if op == "//":  # floor division reads as the floor of a quotient
-            pieces.append("⌊")
-            _wrapped(node.left, pieces, _PRECEDENCE["/"])
-            pieces.append(" ÷ ")
-            _wrapped(node.right, pieces, _PRECEDENCE["/"], strict=True)
-            pieces.append("⌋")
-            return
-        level = _PRECEDENCE[op]
-        if op == "**":
-            _wrapped(node.left, pieces, level, strict=True)
-            pieces.append("^")
-            _wrapped(node.right, pieces, level)
-            return
-        _wrapped(node.left, pieces, level)
-        pieces.append(_SHOWN_BINARY[op])
-        _wrapped(node.right, pieces, level, strict=op in ("-", "/", "%"))
-    elif isinstance(node, ast.UnaryOp):
-        if isinstance(node.op, ast.Not):
-            pieces.append("not ")
-            _wrapped(node.operand, pieces, _PRECEDENCE["not"])
-        else:
-            pieces.append("−" if isinstance(node.op, ast.USub) else "+")
-            _wrapped(node.operand, pieces, _PRECEDENCE["unary"])
-    elif isinstance(node, ast.Compare):
-        _wrapped(node.left, pieces, _PRECEDENCE["compare"], strict=True)
-        pieces.append(_SHOWN_COMPARE[COMPARE[type(node.ops[0])]])
-        _wrapped(node.comparators[0], pieces, _PRECEDENCE["compare"], strict=True)
-    elif isinstance(node, ast.BoolOp):
-        word = " and " if isinstance(node.op, ast.And) else " or "
-        for index, value in enumerate(node.values):
-            pieces.append(word if index else "")
-            _wrapped(value, pieces, _level(node), strict=True)
-    elif isinstance(node, ast.IfExp):
-        _wrapped(node.body, pieces, _PRECEDENCE["if"], strict=True)
-        pieces.append(" if ")
-        _wrapped(node.test, pieces, _PRECEDENCE["if"], strict=True)
-        pieces.append(" else ")
-        _wrapped(node.orelse, pieces, _PRECEDENCE["if"])
-    elif isinstance(node, ast.Call):
-        name = node.func.id
-        if name in ("ceil", "floor", "abs"):
-            left, right = {"ceil": ("⌈", "⌉"), "floor": ("⌊", "⌋"), "abs": ("|", "|")}[name]
-            pieces.append(left)
-            _pieces(node.args[0], pieces)
-            pieces.append(right)
-            return
-        pieces.append({"sqrt": "√(", "log2": "log₂("}.get(name, f"{name}("))
-        for index, arg in enumerate(node.args):
-            pieces.append(", " if index else "")
-            _pieces(arg, pieces)
-        pieces.append(")")
-
-
 # ---------------------------------------------------------------- the page's script
 
 
@@ -617,114 +399,3 @@ def calculator_view(checked: Checked) -> CalcView:
                  tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels, o.digits) for case in cases)) for o in calc.outputs]
     chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
     return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
-
-
-# ---------------------------------------------------------------- the roofline picture
-
-
-@dataclass(frozen=True)
-class Tick:
-    at: float
-    """Pixels along its axis."""
-    text: str
-
-
-@dataclass(frozen=True)
-class Roof:
-    label: str
-    path: str
-    """SVG path data of the roof, in the picture's pixels."""
-    ridge: tuple[float, float] | None
-    """Where the slope meets the flat roof, in pixels, when it is inside the picture."""
-    label_at: tuple[float, float]
-
-
-@dataclass(frozen=True)
-class Dot:
-    """An operator on the chart, numbered in the table's column order."""
-
-    number: int
-    x: float
-    y: float
-
-
-@dataclass(frozen=True)
-class RooflineView:
-    """A log-log roofline drawn at build: one roof per hardware case, one dot per operator case at
-    the defaults' hardware, and the marker at the defaults, which the page's script moves."""
-
-    width: int
-    height: int
-    left: float
-    top: float
-    right: float
-    bottom: float
-    x_ticks: tuple[Tick, ...]
-    y_ticks: tuple[Tick, ...]
-    roofs: tuple[Roof, ...]
-    dots: tuple[Dot, ...]
-    marker: tuple[float, float]
-    current: str
-    """The path of the roof at the current inputs (the defaults' roof, until the script moves it)."""
-    summary: str
-    span: tuple[float, float, float, float]
-    """The decades shown: log10 of the x range and of the y range."""
-
-
-WIDTH, HEIGHT = 640, 380
-LEFT, RIGHT, TOP, BOTTOM = 70, 610, 14, 334
-
-
-def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
-    """Lay out a calculator's roofline: the decades its cases need, the roofs, the operators."""
-    chart = calc.chart
-    assert chart is not None
-    groups = calc.groups()
-    hardware_groups = {g for g, names in groups.items() if chart.peak in names or chart.bandwidth in names}
-    operator_groups = {g for g, names in groups.items() if chart.x in names} - hardware_groups
-    numbers = [{i.name: i.number(v) for i, (_, v) in zip(calc.inputs, case.values)} | dict(case.results) for case in cases]
-    roofs_at: dict[tuple[float, float], str] = {}
-    for case, at in zip(cases, numbers):
-        if case.group in hardware_groups or case is cases[0]:
-            roofs_at.setdefault((at[chart.peak], at[chart.bandwidth]), case.label)
-    operators = [(case, at) for case, at in zip(cases, numbers) if case.group in operator_groups]
-    xs = [at[chart.x] for at in numbers] + [peak / bandwidth for peak, bandwidth in roofs_at]
-    x_input = calc.input(chart.x)
-    lx0 = max(math.floor(math.log10(min(xs) / 2)), math.floor(math.log10(x_input.min)))
-    lx1 = min(math.ceil(math.log10(max(xs) * 2)), math.ceil(math.log10(x_input.max)))
-    ys = [at[chart.y] for at in numbers] + [min(peak, 10**lx0 * bandwidth) for peak, bandwidth in roofs_at] + [peak for peak, _ in roofs_at]
-    ly0, ly1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys) * 1.5))
-
-    def px(x: float) -> float:
-        return round(LEFT + (math.log10(x) - lx0) / (lx1 - lx0) * (RIGHT - LEFT), 1)
-
-    def py(y: float) -> float:
-        return round(BOTTOM - (math.log10(y) - ly0) / (ly1 - ly0) * (BOTTOM - TOP), 1)
-
-    roofs = []
-    for (peak, bandwidth), label in roofs_at.items():
-        path, ridge = roof_path(peak, bandwidth, lx0, lx1, ly0, px, py)
-        roofs.append(Roof(label, path, ridge, (RIGHT - 4, py(peak) - 5)))
-    dots = tuple(Dot(n, px(at[chart.x]), py(at[chart.y])) for n, (_, at) in enumerate(operators, 1))
-    first = numbers[0]
-    x_ticks = tuple(Tick(px(10.0**k), significant(10.0**k)) for k in range(lx0, lx1 + 1))
-    y_ticks = tuple(Tick(py(10.0**k), "".join(scaled(10.0**k, 1000, SI))) for k in range(ly0, ly1 + 1))
-    y_output = next(o for o in calc.outputs if o.name == chart.y)
-    summary = "; ".join(f"{label}: flat at {show(peak, 'si', y_output.unit)} from {significant(peak / bandwidth)} FLOP/B" for (peak, bandwidth), label in roofs_at.items())
-    return RooflineView(
-        WIDTH, HEIGHT, LEFT, TOP, RIGHT, BOTTOM, x_ticks, y_ticks, tuple(roofs), dots,
-        (px(first[chart.x]), py(first[chart.y])), roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
-        summary, (lx0, lx1, ly0, ly1),
-    )
-
-
-def roof_path(peak: float, bandwidth: float, lx0: int, lx1: int, ly0: int, px, py) -> tuple[str, tuple[float, float] | None]:
-    """The roof min(peak, x × bandwidth) across the picture, and its ridge point if inside it."""
-    x0, x1, ridge = 10.0**lx0, 10.0**lx1, peak / bandwidth
-    start = max(x0, 10.0**ly0 / bandwidth)  # where the slope enters above the bottom edge
-    points = [(start, min(peak, start * bandwidth))]
-    if start < ridge < x1:
-        points.append((ridge, peak))
-    points.append((x1, min(peak, x1 * bandwidth)))
-    path = "M" + " L".join(f"{px(x)} {py(y)}" for x, y in points)
-    return path, (px(ridge), py(peak)) if start < ridge < x1 else None
