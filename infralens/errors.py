@@ -59,6 +59,9 @@ class Problems:
     def __bool__(self) -> bool:
         return bool(self._items)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def __iter__(self):
         return iter(self._items)
 

@@ -7,7 +7,7 @@ from typing import Literal, get_args
 
 import yaml
 
-from infralens.errors import Mark
+from infralens.errors import Mark, Problems
 from infralens.model.declare import declared, derived, record
 from infralens.model.expr import (
     FUNCTIONS,
@@ -304,103 +304,126 @@ def _calculator(f: Fields, ctx: Context) -> dict:
     The expressions are evaluated at the defaults and at each listed preset, so one that divides by
     zero there is an error at its manifest line, not a message on the page.
     """
+    inputs, outputs = f.values["inputs"], f.values["outputs"]
+    presets = f.values["presets"]
+    presets = (presets,) if isinstance(presets, PresetTable) else presets
+    by_name = {i.name: i for i in inputs}
+    problems = ctx.problems
+    before = len(problems)
+    _check_names(inputs, outputs, problems)
+    parsed = _parsed_outputs(outputs, by_name, problems)
+    if f.values["chart"] is not None:
+        _check_chart(f.values["chart"], by_name, outputs, problems)
+    cases = [("the defaults", {i.name: i.default for i in inputs}), *_preset_cases(presets, inputs, by_name, problems)]
+    conditions = _parsed_requirements(f.values["requires"], by_name, problems)
+    if len(problems) == before:
+        _check_at_cases(cases, conditions, outputs, parsed, by_name, problems)
+    return {"mark": f.mark, "presets": presets} if len(problems) == before else INVALID
 
-    inputs, outputs, presets = f.values["inputs"], f.values["outputs"], f.values["presets"]
-    ok = True
 
-    def refuse(mark: Mark, message: str) -> None:
-        nonlocal ok
-        ctx.problems.add(mark, message)
-        ok = False
-
+def _check_names(inputs, outputs, problems: Problems) -> None:
+    """Each input and output has a name of its own, and none is a function's."""
     seen: dict[str, Mark] = {}
     for name, mark in [(i.name, i.mark) for i in inputs] + [(o.name, o.mark) for o in outputs]:
         if name in seen:
-            refuse(mark, f"{name!r} is already the name of an input or output (line {seen[name].line})")
+            problems.add(mark, f"{name!r} is already the name of an input or output (line {seen[name].line})")
         elif name in FUNCTIONS:
-            refuse(mark, f"{name!r} is a function of expressions; name it otherwise")
+            problems.add(mark, f"{name!r} is a function of expressions; name it otherwise")
         seen.setdefault(name, mark)
-    by_name = {i.name: i for i in inputs}
+
+
+def _parsed_outputs(outputs, by_name: dict, problems: Problems) -> dict:
+    """Parse each output's expression (over the inputs and earlier outputs) and its `mirrors` call."""
     readable = set(by_name)
     parsed = {}
     for output in outputs:
         try:
             parsed[output.name] = parse_expr(output.expr.text, readable)
         except ExprError as exc:
-            refuse(output.expr.at(exc.offset), f"expr: {exc.message}")
+            problems.add(output.expr.at(exc.offset), f"expr: {exc.message}")
         try:
             request = parse_call(output.mirrors.text, set(by_name))
         except ExprError as exc:
-            refuse(output.mirrors.at(exc.offset), f"mirrors: {exc.message}")
+            problems.add(output.mirrors.at(exc.offset), f"mirrors: {exc.message}")
         else:
             for name in named_inputs(request):
                 if by_name[name].choices is None:
-                    refuse(output.mirrors.mark, f"mirrors: {name}.name: only an input with choices has a name; {name!r} is a number")
+                    problems.add(output.mirrors.mark, f"mirrors: {name}.name: only an input with choices has a name; {name!r} is a number")
         readable.add(output.name)
-    chart = f.values["chart"]
-    if chart is not None:
-        numbers = {i.name for i in inputs if i.choices is None}
-        for key, wanted, known in (("x", chart.x, numbers), ("peak", chart.peak, numbers), ("bandwidth", chart.bandwidth, numbers), ("y", chart.y, {o.name for o in outputs})):
-            if wanted not in known:
-                what = "an output" if key == "y" else "a number input"
-                refuse(chart.mark, f"chart: {key}: {wanted!r} is not {what}{did_you_mean(wanted, known)}")
-        x_input = by_name.get(chart.x)
-        if x_input is not None and not (x_input.min is not None and x_input.max is not None and 0 < x_input.min < x_input.max):
-            refuse(x_input.mark, f"chart: the x input {chart.x!r} needs 0 < min < max, for its log-scale slider")
-    presets = (presets,) if isinstance(presets, PresetTable) else presets
-    cases = [("the defaults", {i.name: i.default for i in inputs})]
+    return parsed
+
+
+def _check_chart(chart, by_name: dict, outputs, problems: Problems) -> None:
+    """A chart plots number inputs against an output, on a log-scale x whose bounds are positive."""
+    numbers = {name for name, i in by_name.items() if i.choices is None}
+    for key, wanted, known in (("x", chart.x, numbers), ("peak", chart.peak, numbers), ("bandwidth", chart.bandwidth, numbers), ("y", chart.y, {o.name for o in outputs})):
+        if wanted not in known:
+            what = "an output" if key == "y" else "a number input"
+            problems.add(chart.mark, f"chart: {key}: {wanted!r} is not {what}{did_you_mean(wanted, known)}")
+    x_input = by_name.get(chart.x)
+    if x_input is not None and not (x_input.min is not None and x_input.max is not None and 0 < x_input.min < x_input.max):
+        problems.add(x_input.mark, f"chart: the x input {chart.x!r} needs 0 < min < max, for its log-scale slider")
+
+
+def _preset_cases(presets, inputs, by_name: dict, problems: Problems) -> list[tuple[str, dict]]:
+    """Check each preset against the inputs; return the listed ones as (where, input values) to evaluate at."""
+    cases = []
     labels: set[str] = set()
-    groups: dict[str, set[str]] = {}
-    for preset in presets:
-        groups.setdefault(preset.group, set()).update(preset.sets)
     for preset in presets:
         if isinstance(preset, PresetTable):
             for name in preset.fields:
                 if name not in by_name:
                     hint = did_you_mean(name, by_name) or f" (inputs: {', '.join(by_name)})"
-                    refuse(preset.mark, f"fields: {name!r} is not an input{hint}")
+                    problems.add(preset.mark, f"fields: {name!r} is not an input{hint}")
             if len(set(preset.fields)) != len(preset.fields):
-                refuse(preset.mark, "fields: an input is listed twice")
+                problems.add(preset.mark, "fields: an input is listed twice")
             continue
         if preset.label in labels or preset.label == "Defaults":
-            refuse(preset.mark, f"duplicate preset {preset.label!r}")
+            problems.add(preset.mark, f"duplicate preset {preset.label!r}")
         labels.add(preset.label)
         if isinstance(preset, PrintedPreset):
             for name, _, mark in preset.printed:
                 if name not in by_name:
-                    refuse(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
+                    problems.add(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
                 elif by_name[name].choices is not None:
-                    refuse(mark, f"preset {preset.label!r}: {name!r} has choices; a printed figure sets a number")
+                    problems.add(mark, f"preset {preset.label!r}: {name!r} has choices; a printed figure sets a number")
             continue
         values = {i.name: i.default for i in inputs}
         for name, value, mark in preset.values:
             if name not in by_name:
-                refuse(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
+                problems.add(mark, f"preset {preset.label!r}: {name!r} is not an input{did_you_mean(name, by_name)}")
             elif problem := by_name[name].refuse(value):
-                refuse(mark, f"preset {preset.label!r}: {problem}")
+                problems.add(mark, f"preset {preset.label!r}: {problem}")
             values[name] = value
         cases.append((f"preset {preset.label!r}", values))
+    return cases
+
+
+def _parsed_requirements(requirements, by_name: dict, problems: Problems) -> list:
+    """Parse each requirement's condition over the inputs: (requirement, condition) pairs."""
     conditions = []
-    for requirement in f.values["requires"]:
+    for requirement in requirements:
         try:
             conditions.append((requirement, parse_condition(requirement.that.text, set(by_name))))
         except ExprError as exc:
-            refuse(requirement.that.at(exc.offset), f"requires: {exc.message}")
-    if not ok:
-        return INVALID
+            problems.add(requirement.that.at(exc.offset), f"requires: {exc.message}")
+    return conditions
+
+
+def _check_at_cases(cases, conditions, outputs, parsed: dict, by_name: dict, problems: Problems) -> None:
+    """At the defaults and each listed preset, the requirements hold and every output evaluates."""
     for where, values in cases:
         numbers = {name: by_name[name].number(value) for name, value in values.items()}
         broken = [r for r, condition in conditions if not safely_holds(condition, numbers)]
         if broken:
-            refuse(broken[0].that.mark, f"requires: {broken[0].that.text!r} does not hold at {where}")
+            problems.add(broken[0].that.mark, f"requires: {broken[0].that.text!r} does not hold at {where}")
             continue
         for output in outputs:
             try:
                 numbers[output.name] = evaluate(parsed[output.name], numbers)
             except ExprError as exc:
-                refuse(output.expr.at(exc.offset), f"expr: at {where}: {exc.message}")
+                problems.add(output.expr.at(exc.offset), f"expr: at {where}: {exc.message}")
                 break
-    return {"mark": f.mark, "presets": presets} if ok else INVALID
 
 
 @dataclass(frozen=True, kw_only=True)
