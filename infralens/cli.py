@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -37,6 +38,12 @@ def report(exc: InputError) -> None:
         click.echo(str(problem), err=True)
     count = len(exc.problems)
     click.echo(f"{count} error{'s' if count != 1 else ''}", err=True)
+
+
+def refuse(message: str, status: int = 1) -> NoReturn:
+    """Stop the command with one `error:` line: what cannot be done, said before anything else is."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(status)
 
 
 def stopped_by_signal(signum, frame) -> None:
@@ -114,7 +121,6 @@ def check(
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     # loaded when this command runs (see the note at the top)
     from infralens.check.process import become_subreaper
-    from infralens.check.reports import results_json, results_junit
     from infralens.check.runner import run_labs, runs_of
 
     try:
@@ -122,16 +128,8 @@ def check(
     except InputError as exc:
         report(exc)
         sys.exit(1)
-    known = [lab.id for lab in project.labs]
-    unknown = [lab_id for lab_id in lab_ids if lab_id not in known]
-    if unknown:
-        for lab_id in unknown:
-            click.echo(f"error: unknown lab {lab_id!r}{did_you_mean(lab_id, known)}", err=True)
-        sys.exit(2)
-    labs = tuple(lab for lab in project.labs if not lab_ids or lab.id in lab_ids)
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
-    if shard is not None:
-        labs = shard_labs(labs, project.root, store, *shard)
+    labs = chosen_labs(project, lab_ids, store, shard)
     every = runs_of(labs, device)
     width = max((len(run_name(starter.path, run.device)) for _, starter, run in every), default=10)
     lab_width = max((len(lab.id) for lab, _, _ in every), default=10)
@@ -142,18 +140,8 @@ def check(
 
     for path in (json_path, junit_path):
         if path and not path.absolute().parent.is_dir():  # said now, not after every starter has run
-            click.echo(f"error: cannot write {path}: folder {path.parent} does not exist", err=True)
-            sys.exit(2)
-    jail = None
-    if sandbox:
-        # loaded when this command runs (see the note at the top)
-        from infralens.check.sandbox import SandboxUnavailable, open_sandbox
-
-        try:
-            jail = open_sandbox()
-        except SandboxUnavailable as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            refuse(f"cannot write {path}: folder {path.parent} does not exist", 2)
+    jail = opened_sandbox() if sandbox else None
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
         results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state, device=device)
@@ -162,21 +150,54 @@ def check(
         sys.exit(130)
     if results_dir is not None:
         json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
-
         keys = {(starter.path, run.device): run_key(project.root, starter, run) for _, starter, run in every}
         try:
             results_dir.mkdir(parents=True, exist_ok=True)
             export_results(store, [keys[r.starter, r.device] for r in results], results_dir)
         except OSError as exc:
-            click.echo(f"error: cannot write the results to {results_dir}: {exc.strerror or exc}", err=True)
-            sys.exit(1)
+            refuse(f"cannot write the results to {results_dir}: {exc.strerror or exc}")
+    write_reports(results, json_path, junit_path)
+    sys.exit(summarize(results))
+
+
+def chosen_labs(project, lab_ids: tuple[str, ...], store, shard: tuple[int, int] | None) -> tuple:
+    """The labs a check runs: those named (each must exist), or all; then the shard's share of them."""
+    known = [lab.id for lab in project.labs]
+    unknown = [lab_id for lab_id in lab_ids if lab_id not in known]
+    for lab_id in unknown:
+        click.echo(f"error: unknown lab {lab_id!r}{did_you_mean(lab_id, known)}", err=True)
+    if unknown:
+        sys.exit(2)
+    labs = tuple(lab for lab in project.labs if not lab_ids or lab.id in lab_ids)
+    return shard_labs(labs, project.root, store, *shard) if shard is not None else labs
+
+
+def opened_sandbox():
+    """The sandbox of `check --sandbox`, or a refusal saying why this machine cannot make one."""
+    # loaded when this command runs (see the note at the top)
+    from infralens.check.sandbox import SandboxUnavailable, open_sandbox
+
+    try:
+        return open_sandbox()
+    except SandboxUnavailable as exc:
+        refuse(str(exc), 2)
+
+
+def write_reports(results: list, json_path: Path | None, junit_path: Path | None) -> None:
+    """Write the JSON and JUnit reports asked for."""
+    # loaded when this command runs (see the note at the top)
+    from infralens.check.reports import results_json, results_junit
+
     for path, make in ((json_path, results_json), (junit_path, results_junit)):
         if path:
             try:
                 path.write_text(make(results), encoding="utf-8")
             except OSError as exc:
-                click.echo(f"error: cannot write {path}: {exc.strerror}", err=True)
-                sys.exit(1)
+                refuse(f"cannot write {path}: {exc.strerror}")
+
+
+def summarize(results: list) -> int:
+    """Print each failure at its manifest line with the tail of its output, then the count; return the exit status."""
     failed = [r for r in results if not r.passed and not r.skipped]
     for result in failed:
         click.echo(f"\n{result.mark}: error: {result.name}: {result.reason}", err=True)
@@ -185,7 +206,7 @@ def check(
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
     skipped = sum(r.skipped for r in results)
     click.echo(f"{len(results) - len(failed) - skipped} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
-    sys.exit(1 if failed else 0)
+    return 1 if failed else 0
 
 
 @main.group()
@@ -329,5 +350,4 @@ def serve(site_path: Path, out_dir: Path, port: int, cache_dir: Path | None) -> 
     except KeyboardInterrupt:
         click.echo("stopped")
     except OSError as exc:
-        click.echo(f"error: cannot serve on 127.0.0.1:{port}: {exc.strerror}", err=True)
-        sys.exit(1)
+        refuse(f"cannot serve on 127.0.0.1:{port}: {exc.strerror}")

@@ -20,12 +20,11 @@ from infralens.check.process import Running, execute, run_folder
 from infralens.check.results import ResultStore, run_key
 from infralens.check.sandbox import Sandbox
 from infralens.check.verdicts import (
-    EXPECT_SECONDS,
     artifact_problem,
     check_calculators,
     check_claims,
     check_questions,
-    expect_found,
+    run_verdict,
 )
 from infralens.child import PROBE, RUN_MARKDOWN, TRACE_STATE
 from infralens.lab.calculators import probe_digest, starter_probe
@@ -78,29 +77,8 @@ def run_starter(
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
-    stdout, stderr, seconds, timed_out = run.stdout, run.stderr, run.seconds, run.returncode is None
-    text = stdout.text()
-    if timed_out:
-        status, reason = "timeout", f"killed after {spec.timeout:g} s timeout"
-    elif run.returncode != 0:
-        status, reason = "failed", f"exited with status {run.returncode}"
-    else:
-        missing, slow = [], []
-        for pattern in spec.expect:
-            found = expect_found(pattern, text)
-            (slow if found is None else missing if not found else []).append(pattern)
-        unwritten = [name for name in spec.artifacts if name not in written and name not in refused]
-        if refused:
-            name, why = next(iter(refused.items()))
-            status, reason = "failed", f"artifact {name!r} {why}"
-        elif slow:
-            status, reason = "failed", f"expect {slow[0]!r} did not finish matching in {EXPECT_SECONDS:g} s (a pattern that backtracks without end?)"
-        elif missing:
-            status, reason = "failed", f"output does not match expect {missing[0]!r}"
-        elif unwritten:
-            status, reason = "failed", f"did not write artifact {unwritten[0]!r} into its working folder"
-        else:
-            status, reason = "passed", ""
+    stdout, stderr, seconds = run.stdout, run.stderr, run.seconds
+    status, reason = run_verdict(spec, run.returncode, stdout.text(), written, refused)
     return RunResult(
         lab=lab.id,
         starter=starter.path,

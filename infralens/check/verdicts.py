@@ -19,7 +19,8 @@ from infralens.lab.questions import question_problems
 from infralens.lab.state import recorded_text
 from infralens.model.lab import Lab
 from infralens.model.resolved import KeyBlock
-from infralens.model.run import RunResult, first_runs
+from infralens.model.run import RunResult, Status, first_runs
+from infralens.model.starter import RunSpec
 
 MAX_ARTIFACT_BYTES = 8 << 20
 """Largest artifact a run may leave: it is stored with the result and published with the lab page."""
@@ -146,3 +147,28 @@ def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]], la
             result = replace(result, status="failed", reason=problems[0].message + more, mark=problems[0].mark)
         checked.append(result)
     return checked
+
+
+def run_verdict(spec: RunSpec, returncode: int | None, text: str, written: tuple[str, ...], refused: dict[str, str]) -> tuple[Status, str]:
+    """Say whether a run passed, and if not why in one line: it exited 0 within its timeout (a
+    returncode of None: killed at it), every expect pattern was found in `text` (its stdout), and
+    every declared artifact was written (`written`) and could be kept (`refused`: name → why not)."""
+    if returncode is None:
+        return "timeout", f"killed after {spec.timeout:g} s timeout"
+    if returncode != 0:
+        return "failed", f"exited with status {returncode}"
+    missing, slow = [], []
+    for pattern in spec.expect:
+        found = expect_found(pattern, text)
+        (slow if found is None else missing if not found else []).append(pattern)
+    unwritten = [name for name in spec.artifacts if name not in written and name not in refused]
+    if refused:
+        name, why = next(iter(refused.items()))
+        return "failed", f"artifact {name!r} {why}"
+    if slow:
+        return "failed", f"expect {slow[0]!r} did not finish matching in {EXPECT_SECONDS:g} s (a pattern that backtracks without end?)"
+    if missing:
+        return "failed", f"output does not match expect {missing[0]!r}"
+    if unwritten:
+        return "failed", f"did not write artifact {unwritten[0]!r} into its working folder"
+    return "passed", ""
