@@ -12,7 +12,6 @@ from functools import partial
 from pathlib import Path
 from typing import Iterator
 
-from infralens.build.assets import MINIFIED, minified
 from infralens.build.plan import BuildState, Unit, UnitRecord
 from infralens.build.read import highlighted, parse_one
 from infralens.build.search import (
@@ -173,6 +172,9 @@ def write_shared(
         stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
     stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
     def asset(path: str, file: Path) -> None:
+        # deferred: only a changed theme file is minified, and a no-change build loads no minifier
+        from infralens.build.assets import MINIFIED, minified
+
         if file.name.endswith(MINIFIED):
             staging.write(path, minified(file.name, file.read_text(encoding="utf-8")))
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infralens import __version__
 from infralens.build.plan import BuildState
@@ -20,12 +21,9 @@ from infralens.model.parse import parse_lab, parse_site
 from infralens.model.run import RunResult
 from infralens.model.site import Site
 from infralens.project.workspace import Manifest, Workspace, digest
-from infralens.text.highlight import (
-    SourceFile,
-    highlight_key,
-    highlight_lines,
-    source_file,
-)
+
+if TYPE_CHECKING:
+    from infralens.text.highlight import SourceFile
 
 
 def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:
@@ -127,6 +125,9 @@ def recorded_runs(ws: Workspace, cards: dict[str, LabCard], session: "Session") 
 
 def highlighted(ws: Workspace, path: str, text: str) -> SourceFile:
     """Highlight a starter, reusing the highlighted lines stored for the same content."""
+    # deferred: a build with nothing to render highlights nothing, and the highlighter loads html's entities
+    from infralens.text.highlight import highlight_key, highlight_lines, source_file
+
     key = highlight_key(path, text)
     lines = ws.recall("highlight", key)
     if lines is None:

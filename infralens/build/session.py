@@ -12,12 +12,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
-from infralens import __version__, model
+from infralens import __version__
 from infralens.build.plan import BuildState
 from infralens.build.workers import map_over
 from infralens.check.results import folder_stamp, run_environment, run_key
 from infralens.project.workspace import Workspace, digest, packaged_theme
-from infralens.text import highlight
 
 STATE_FORMAT = "build-state-1"
 """Version of BuildState's layout, part of the key it is stored under: a new layout starts afresh."""
@@ -34,7 +33,8 @@ class Theme:
     """(name, file) of each static asset, the site's own overriding the packaged ones."""
 
 
-MODEL_SOURCES = (*sorted(Path(model.__file__).parent.glob("*.py")), Path(highlight.__file__))
+PACKAGE = Path(__file__).resolve().parent.parent
+MODEL_SOURCES = (*sorted((PACKAGE / "model").glob("*.py")), PACKAGE / "text" / "highlight.py")
 """The modules whose classes a build state pickles: the records of the model family, and the
 highlighted source files."""
 

@@ -7,12 +7,10 @@ on a pipe of its own, so nothing it holds can leave the build waiting.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import threading
 from multiprocessing import get_context
-from multiprocessing.connection import wait
 from typing import Callable, Iterator
 
 from infralens.errors import InputError, Mark, Problem
@@ -42,6 +40,10 @@ def pool_map(function, items: list, jobs: int, setup: Callable[[], None] | None)
     to the group, the OOM killer) cannot leave the build waiting on a lock it held, as
     multiprocessing's Pool and ProcessPoolExecutor can; stopping kills the workers outright.
     """
+    from multiprocessing.connection import (
+        wait,  # deferred: only a build big enough for a pool needs it
+    )
+
     fork = get_context("fork")
     # Workers are forked with Ctrl-C and SIGTERM held back, until start_worker has replaced the
     # build's own handlers (which would make a worker print a KeyboardInterrupt traceback).
@@ -117,6 +119,8 @@ def start_worker(parent: int, setup: Callable[[], None] | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     try:
+        import ctypes  # deferred: only a worker asks the kernel for this, and ctypes takes ~8 ms to load
+
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
