@@ -27,7 +27,7 @@ from infralens.build.search import (
     words,
 )
 from infralens.project.workspace import Workspace
-from infralens.text.highlight import SourceFile
+from infralens.text.source import SourceFile
 
 REAL = load_project(REPO / "site.yml")
 SAMPLE = load_project(TESTS / "sites" / "sample" / "site.yml")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from infralens import __version__
 from infralens.build.plan import BuildState
@@ -21,9 +20,7 @@ from infralens.model.parse import parse_lab, parse_site
 from infralens.model.run import RunResult
 from infralens.model.site import Site
 from infralens.project.workspace import Manifest, Workspace, digest
-
-if TYPE_CHECKING:
-    from infralens.text.highlight import SourceFile
+from infralens.text.source import SourceFile
 
 
 def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:

@@ -39,8 +39,8 @@ from infralens.model.resolved import KeyBlock, ResolvedLab
 from infralens.model.run import RunResult, first_runs
 from infralens.model.site import Site
 from infralens.model.starter import Starter
-from infralens.text.highlight import SourceFile
 from infralens.text.markdown import parser
+from infralens.text.source import SourceFile
 from infralens.urls import artifact_url, href, lab_url, practice_url, source_url
 
 

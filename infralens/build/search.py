@@ -23,7 +23,7 @@ from infralens.model.lab import SECTIONS, Lab
 from infralens.model.resolved import ResolvedLab
 from infralens.model.schema import Choice, Regex, Spec, Text
 from infralens.model.site import Site
-from infralens.text.highlight import SourceFile
+from infralens.text.source import SourceFile
 from infralens.urls import href, lab_url, source_url
 
 FORMAT = 2

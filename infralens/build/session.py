@@ -34,7 +34,7 @@ class Theme:
 
 
 PACKAGE = Path(__file__).resolve().parent.parent
-MODEL_SOURCES = (*sorted((PACKAGE / "model").glob("*.py")), PACKAGE / "text" / "highlight.py")
+MODEL_SOURCES = (*sorted((PACKAGE / "model").glob("*.py")), PACKAGE / "text" / "source.py")
 """The modules whose classes a build state pickles: the records of the model family, and the
 highlighted source files."""
 

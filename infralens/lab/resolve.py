@@ -15,8 +15,9 @@ from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Part
 from infralens.model.schema import parse_range
 from infralens.model.starter import KeyBlockSpec, Selector
-from infralens.text.highlight import SourceFile, SourceLine, source_file
+from infralens.text.highlight import source_file
 from infralens.text.markdown import outline, python_blocks
+from infralens.text.source import SourceFile, SourceLine
 
 # Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
 _MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")

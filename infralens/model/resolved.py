@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from infralens.model.lab import Lab
 from infralens.model.starter import StateChoice
-from infralens.text.highlight import SourceLine
+from infralens.text.source import SourceLine
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
     markdown   the one Markdown parser (markdown-it-py): prose, Markdown starters' outlines and code
     mathml     one `$…$` formula → MathML, and the markdown-it rules that find formulas
-    highlight  a starter → per-line HTML (Pygments), tokenized once; SourceLine and SourceFile
+    source     SourceLine and SourceFile: a starter's lines as the pages use them (records only)
+    highlight  a starter → per-line HTML (Pygments), tokenized once
 
 Imports nothing of the package but errors.
 """

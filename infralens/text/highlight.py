@@ -13,30 +13,11 @@ import io
 import keyword
 import sys
 import tokenize
-from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
 from pathlib import PurePosixPath
 
-
-@dataclass(frozen=True)
-class SourceLine:
-    """One line of a starter: its real number, its text and its highlighted HTML."""
-
-    number: int
-    text: str
-    html: str
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """A starter file read from disk, highlighted once."""
-
-    path: str
-    text: str
-    lines: tuple[SourceLine, ...]
-    language: str
-
+from infralens.text.source import SourceFile, SourceLine
 
 # Pygments is imported where it is used: a build that only highlights Python never loads it.
 
