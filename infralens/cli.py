@@ -16,7 +16,7 @@ from infralens.build import STOP, Session, load_project
 from infralens.build import build as build_site
 from infralens.check.results import ResultStore, export_results, merge_results, run_key
 from infralens.check.shards import parse_shard, split
-from infralens.errors import InputError, did_you_mean, one_line
+from infralens.errors import InputError, Mark, Problem, did_you_mean, one_line
 from infralens.model.parse import json_schemas, reference_markdown
 from infralens.model.run import RunResult, run_name
 from infralens.model.starter import DEVICES
@@ -319,7 +319,7 @@ def links(site_path: Path, external: bool, cache_dir: Path | None) -> None:
         sys.exit(1)
     broken = [link for link in found if link.problem]
     for link in broken:
-        click.echo(f"output/{link.page}:{link.line}:{link.col}: error: {link.problem}", err=True)
+        click.echo(str(Problem(Mark(f"output/{link.page}", link.line, link.col), link.problem)), err=True)
     if external:
         for target in sorted({link.target for link in found if link.external and not link.problem}):
             click.echo(target)

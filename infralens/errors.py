@@ -1,4 +1,9 @@
-"""The one error family: every problem carries the `path:line:col` it points at."""
+"""The one error family: every problem carries the `path:line:col` it points at.
+
+A problem that involves a second place (the first use of a taken name, the line of a file a
+selector could not read) says so in a note with its own position, printed under the error as
+`path:line:col: note: message`, the way compilers print them.
+"""
 
 from __future__ import annotations
 
@@ -19,15 +24,27 @@ class Mark:
         return f"{self.path}:{self.line}:{self.col}"
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the input, and where."""
+@dataclass(frozen=True, order=True)
+class Note:
+    """A second place a problem involves, and what it is."""
 
     mark: Mark
     message: str
 
     def __str__(self) -> str:
-        return one_line(f"{self.mark}: error: {self.message}")
+        return one_line(f"{self.mark}: note: {self.message}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, and where; notes name the other places it involves."""
+
+    mark: Mark
+    message: str
+    notes: tuple[Note, ...] = ()
+
+    def __str__(self) -> str:
+        return "\n".join([one_line(f"{self.mark}: error: {self.message}"), *map(str, self.notes)])
 
 
 def one_line(text: str) -> str:
@@ -50,8 +67,8 @@ class Problems:
     def __init__(self) -> None:
         self._items: list[Problem] = []
 
-    def add(self, mark: Mark, message: str) -> None:
-        self._items.append(Problem(mark, message))
+    def add(self, mark: Mark, message: str, *notes: Note) -> None:
+        self._items.append(Problem(mark, message, notes))
 
     def extend(self, problems: list[Problem]) -> None:
         self._items.extend(problems)

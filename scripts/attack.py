@@ -5,7 +5,8 @@ Every case makes its own small site in its own folder under /var/tmp/infralens-a
 real command (build, check, serve, new) as a subprocess with a wall-clock bound, and judges what it
 did against this contract:
 
-  * bad input -> exit 1 and stderr made only of `path:line:col: error: message` lines (line, col >= 1)
+  * bad input -> exit 1 and stderr made only of `path:line:col: error: message` lines, each maybe
+    followed by `path:line:col: note: message` lines (line, col >= 1)
     then `N error(s)`; never a Python traceback, a hang, a crash signal or another exit code
     (130 allowed for check after SIGINT/SIGTERM);
   * a failed build leaves an existing output/ byte-identical and writes nothing outside the case;
@@ -664,7 +665,8 @@ class Ctx:
 # ------------------------------------------------------------------------------------------------
 # judges
 
-ERROR_LINE = re.compile(r"(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.+)")
+ERROR_LINE = re.compile(r"(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<kind>error|note): (?P<msg>.+)")
+"""An error line, or a note under one naming a second place it involves."""
 COUNT_LINE = re.compile(r"(?P<n>\d+) (?P<word>errors?)")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 
@@ -697,15 +699,16 @@ def stderr_violations(err: str) -> list[str]:
     for line in errors:
         match = ERROR_LINE.fullmatch(line)
         if not match:
-            bad.append(f"stderr line is not 'path:line:col: error: message': {json.dumps(line[:200])}")
+            bad.append(f"stderr line is not 'path:line:col: error|note: message': {json.dumps(line[:200])}")
         elif int(match["line"]) < 1 or int(match["col"]) < 1:
             bad.append(f"line/col below 1: {json.dumps(line[:200])}")
         elif CONTROL.search(line):
             bad.append(f"stderr line carries a raw control character: {json.dumps(line[:200])}")
     if count:
         n = int(count["n"])
-        if n != len(errors):
-            bad.append(f"count line says {n} but there are {len(errors)} error lines")
+        said = sum(1 for line in errors if (m := ERROR_LINE.fullmatch(line)) and m["kind"] == "error")
+        if n != said:
+            bad.append(f"count line says {n} but there are {said} error lines")
         elif n < 1:
             bad.append("count line says 0 errors on a failure")
         elif count["word"] != ("error" if n == 1 else "errors"):

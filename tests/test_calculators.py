@@ -128,7 +128,7 @@ def test_a_mirrors_error_points_at_its_column(change: str, expected: str) -> Non
     ("default: 2, min: 1, max: 100", "default: 200, min: 1, max: 100", "labs/lab-01-calc.yml:28:62: error: default: layers must be at most 100, got 200"),
     ("default: 2, min: 1, max: 100", "default: 2, min: 10, max: 1", "labs/lab-01-calc.yml:28:79: error: max (1) is below min (10)"),
     ("default: bf16, choices", "default: bf16, min: 1, choices", "labs/lab-01-calc.yml:30:70: error: input 'dtype' has choices, so it takes no min"),
-    ("name: total", "name: heads", "labs/lab-01-calc.yml:40:9: error: 'heads' is already the name of an input or output (line 29)"),
+    ("name: total", "name: heads", "labs/lab-01-calc.yml:40:9: error: 'heads' is already the name of an input or output\nlabs/lab-01-calc.yml:29:9: note: 'heads' is first named here"),
     ("name: total", "name: ceil", "labs/lab-01-calc.yml:40:9: error: 'ceil' is a function of expressions; name it otherwise"),
     ("after: per_layer", "after: per_layers", "labs/lab-01-calc.yml:24:5: error: calculator 'kv': after: 'per_layers' is not a key block's name (did you mean 'per_layer'?)"),
 ])

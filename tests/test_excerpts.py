@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infralens.errors import Mark, Problems
-from infralens.lab.resolve import bind_lines, cut_excerpt, select_lines, slugify
+from infralens.lab.resolve import Unbound, bind_lines, cut_excerpt, select_lines, slugify
 from infralens.model.starter import KeyBlockSpec, LineBinding, Selector
 from infralens.text.highlight import source_file
 
@@ -74,7 +74,16 @@ def test_missing_region_lists_the_regions_there() -> None:
 
 def test_unclosed_region_is_an_error() -> None:
     found, problems = select("# region a\nx = 1\n", "s.py", "region", "a")
-    assert problems == ["lab.yml:3:5: error: s.py:1: region 'a' is never closed with '# endregion'"]
+    assert problems == ["lab.yml:3:5: error: region 'a' is never closed with '# endregion'\ns.py:1:1: note: region 'a' opens here"]
+
+
+def test_a_stray_endregion_and_a_syntax_error_point_at_their_line_of_the_starter_in_a_note() -> None:
+    found, problems = select("x = 1\n# endregion\n", "s.py", "region", "a")
+    assert found is None
+    assert problems == ["lab.yml:3:5: error: '# endregion' without a matching '# region' in s.py\ns.py:2:1: note: this '# endregion' closes no region"]
+    found, problems = select("x = 1\ndef f(:\n", "s.py", "symbol", "f")
+    assert found is None
+    assert problems == ["lab.yml:3:5: error: cannot parse s.py: invalid syntax\ns.py:2:7: note: invalid syntax"]
 
 
 def test_symbol_includes_decorators_and_nested_markers_are_hidden() -> None:
@@ -107,7 +116,13 @@ def test_a_hash_line_inside_a_code_fence_is_not_a_heading() -> None:
 
 
 def bind(lines, binding: LineBinding):
-    return bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12), None), "s.py")
+    """The lines bound, or the problem's message (at the key block's `lines:`)."""
+    bound = bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12), None), "s.py")
+    if isinstance(bound, Unbound):
+        assert bound.problem.mark == Mark("lab.yml", 9, 12)
+        assert bound.several == ("quote more" in bound.problem.message)
+        return bound.problem.message
+    return bound
 
 
 def test_binding_by_text_span_and_range() -> None:

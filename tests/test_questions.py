@@ -178,7 +178,7 @@ def test_a_question_has_an_answer_or_choices_and_known_blocks() -> None:
     unknown = NUMERIC.format(answer="{printed: '(x)'}").replace("[total]", "[totl, per_layer]")
     assert errors_of(unknown) == [f"{MANIFEST}:31:14: error: question 'q1': blocks: 'totl' is not a key block's name (did you mean 'total'?)"]
     twice = NUMERIC.format(answer="{printed: '(x)'}").replace("  - prompt", "  - id: q2\n    prompt") + NUMERIC.format(answer="{printed: '(y)'}").removeprefix("questions:\n")
-    assert errors_of(twice) == [f"{MANIFEST}:33:5: error: question id 'q2' is taken by the question at line 28; give this one its own `id`"]
+    assert errors_of(twice) == [f"{MANIFEST}:33:5: error: question id 'q2' is taken by another question; give this one its own `id`\n{MANIFEST}:28:5: note: the question whose id is 'q2'"]
 
 
 @pytest.mark.unit

@@ -14,7 +14,7 @@ from infralens import __version__
 from infralens.build.plan import BuildState
 from infralens.build.session import Session
 from infralens.check.results import ResultStore
-from infralens.errors import InputError, Problems, did_you_mean
+from infralens.errors import InputError, Note, Problems, did_you_mean
 from infralens.model.lab import Lab, LabCard, card_of
 from infralens.model.parse import parse_lab, parse_site
 from infralens.model.run import RunResult
@@ -82,7 +82,7 @@ def check_cards(site: Site, cards: list[LabCard], problems: Problems) -> None:
             problems.add(card.track_mark, f"unknown track {card.track!r}{did_you_mean(card.track, tracks)}; tracks in {site.path}: {', '.join(tracks)}")
         first = by_number.get(card.number)
         if first is not None:
-            problems.add(card.number_mark, f"lab number {card.number} is already used by {first.path}:{first.number_mark.line}")
+            problems.add(card.number_mark, f"lab number {card.number} is already used by {first.path}", Note(first.number_mark, f"{first.id} has lab number {card.number}"))
         else:
             by_number[card.number] = card
 

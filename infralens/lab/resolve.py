@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from infralens.child.trace_state import python_of, statement_names
-from infralens.errors import Problems, did_you_mean
+from infralens.errors import Mark, Note, Problem, Problems, did_you_mean
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Part
 from infralens.model.schema import parse_range
@@ -31,14 +32,14 @@ def is_marker(text: str) -> bool:
 def select_lines(source: SourceFile, selector: Selector, problems: Problems) -> tuple[int, int] | None:
     """Return the real (first, last) line numbers the selector names, or None with a problem added."""
     select = {"region": _region, "symbol": _symbol, "lines": _line_range, "heading": _heading}[selector.kind]
-    found = select(source, selector.value)
-    if isinstance(found, str):
-        problems.add(selector.mark, found)
+    found = select(source, selector.value, selector.mark)
+    if isinstance(found, Problem):
+        problems.extend([found])
         return None
     return found
 
 
-def _region(source: SourceFile, name: str) -> tuple[int, int] | str:
+def _region(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Problem:
     stack: list[tuple[str, int]] = []
     spans: list[tuple[int, int]] = []
     names: list[str] = []
@@ -48,7 +49,7 @@ def _region(source: SourceFile, name: str) -> tuple[int, int] | str:
             continue
         if match.group("end"):
             if not stack:
-                return f"{source.path}:{line.number}: '# endregion' without a matching '# region'"
+                return Problem(mark, f"'# endregion' without a matching '# region' in {source.path}", (Note(Mark(source.path, line.number), "this '# endregion' closes no region"),))
             opened, start = stack.pop()
             if opened == name:
                 spans.append((start + 1, line.number - 1))
@@ -58,24 +59,24 @@ def _region(source: SourceFile, name: str) -> tuple[int, int] | str:
             names.append(opened)
     if stack:
         opened, start = stack[-1]
-        return f"{source.path}:{start}: region {opened!r} is never closed with '# endregion'"
+        return Problem(mark, f"region {opened!r} is never closed with '# endregion'", (Note(Mark(source.path, start), f"region {opened!r} opens here"),))
     if not spans:
         known = ", ".join(repr(n) for n in names) or "none"
-        return f"region {name!r} not found in {source.path} (regions there: {known})"
+        return Problem(mark, f"region {name!r} not found in {source.path} (regions there: {known})")
     if len(spans) > 1:
-        return f"region {name!r} occurs {len(spans)} times in {source.path}; region names must be unique"
+        return Problem(mark, f"region {name!r} occurs {len(spans)} times in {source.path}; region names must be unique")
     return spans[0]
 
 
-def _symbol(source: SourceFile, name: str) -> tuple[int, int] | str:
+def _symbol(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Problem:
     if not source.path.endswith(".py"):
-        return f"symbol selects Python code, but {source.path} is not a .py file"
+        return Problem(mark, f"symbol selects Python code, but {source.path} is not a .py file")
     try:
         tree = ast.parse(source.text, filename=source.path)
     except SyntaxError as exc:
-        return f"cannot parse {source.path}:{exc.lineno}: {exc.msg}"
+        return Problem(mark, f"cannot parse {source.path}: {exc.msg}", (Note(Mark(source.path, exc.lineno or 1, exc.offset or 1), exc.msg),))
     except (MemoryError, RecursionError, ValueError) as exc:  # nesting or chains too deep for the parser
-        return f"cannot parse {source.path}: too deeply nested for Python's parser ({type(exc).__name__})"
+        return Problem(mark, f"cannot parse {source.path}: too deeply nested for Python's parser ({type(exc).__name__})")
     scope: list[ast.stmt] = tree.body
     node = None
     for part in name.split("."):
@@ -87,27 +88,26 @@ def _symbol(source: SourceFile, name: str) -> tuple[int, int] | str:
             defined = sorted(
                 n.name for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             )
-            return f"symbol {name!r} not found in {source.path}{did_you_mean(part, defined)}"
+            return Problem(mark, f"symbol {name!r} not found in {source.path}{did_you_mean(part, defined)}")
         scope = node.body
     first = min([node.lineno] + [d.lineno for d in node.decorator_list])
     return first, node.end_lineno or node.lineno
 
 
-def _line_range(source: SourceFile, value: str) -> tuple[int, int] | str:
+def _line_range(source: SourceFile, value: str, mark: Mark) -> tuple[int, int] | Problem:
     first, last = parse_range(value)  # the manifest stage already checked the shape
     if last > len(source.lines):
-        return f"lines {first}-{last} are past the end of {source.path} ({len(source.lines)} lines)"
+        return Problem(mark, f"lines {first}-{last} are past the end of {source.path} ({len(source.lines)} lines)")
     return first, last
 
 
-def _heading(source: SourceFile, title: str) -> tuple[int, int] | str:
-
+def _heading(source: SourceFile, title: str, mark: Mark) -> tuple[int, int] | Problem:
     headings = outline(source.text).headings
     hits = [h for h in headings if h.title == title]
     if not hits:
-        return f"heading {title!r} not found in {source.path}{did_you_mean(title, [h.title for h in headings])}"
+        return Problem(mark, f"heading {title!r} not found in {source.path}{did_you_mean(title, [h.title for h in headings])}")
     if len(hits) > 1:
-        return f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h.line) for h in hits)})"
+        return Problem(mark, f"heading {title!r} occurs {len(hits)} times in {source.path} (lines {', '.join(str(h.line) for h in hits)})")
     start = hits[0]
     end = next((h.line - 1 for h in headings if h.line > start.line and h.level <= start.level), len(source.lines))
     return start.line, end
@@ -129,32 +129,42 @@ def slugify(name: str) -> str:
     return slug or "block"
 
 
-def bind_lines(lines: tuple[SourceLine, ...], spec: KeyBlockSpec, where: str) -> tuple[int, int] | str:
+@dataclass(frozen=True)
+class Unbound:
+    """Why a key block's lines cannot be bound in one excerpt; `several` when its text matches
+    more than one line there (a walkthrough then reports that step's own problem)."""
+
+    problem: Problem
+    several: bool = False
+
+
+def bind_lines(lines: tuple[SourceLine, ...], spec: KeyBlockSpec, where: str) -> tuple[int, int] | Unbound:
     """Return the real (first, last) lines a key block names inside the excerpt, or why it can't."""
     binding = spec.lines
     shown = f"{where}:{lines[0].number}-{lines[-1].number}"
     if binding.kind == "range":
         numbers = {line.number for line in lines}
         if binding.first < lines[0].number or binding.last > lines[-1].number:
-            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} are outside the excerpt ({shown})"
+            return Unbound(Problem(spec.mark, f"key block {spec.name!r}: lines {binding.first}-{binding.last} are outside the excerpt ({shown})"))
         if binding.first not in numbers or binding.last not in numbers:
-            return f"key block {spec.name!r}: lines {binding.first}-{binding.last} start or end on a hidden marker line"
+            return Unbound(Problem(spec.mark, f"key block {spec.name!r}: lines {binding.first}-{binding.last} start or end on a hidden marker line"))
         return binding.first, binding.last
     hits = [line for line in lines if binding.text in line.text]
     if not hits:
-        return f"key block {spec.name!r}: text {binding.text!r} matches no line of the excerpt ({shown})"
+        return Unbound(Problem(spec.mark, f"key block {spec.name!r}: text {binding.text!r} matches no line of the excerpt ({shown})"))
     if len(hits) > 1:
         numbers = ", ".join(str(line.number) for line in hits)
-        return (
+        return Unbound(Problem(
+            spec.mark,
             f"key block {spec.name!r}: text {binding.text!r} matches {len(hits)} lines of the excerpt "
-            f"(lines {numbers}); quote more of the line so it matches exactly one"
-        )
+            f"(lines {numbers}); quote more of the line so it matches exactly one",
+        ), several=True)
     first = hits[0].number
     if binding.kind == "text":
         return first, first
     end = next((line for line in lines if line.number >= first and binding.until in line.text), None)
     if end is None:
-        return f"key block {spec.name!r}: 'to' text {binding.until!r} matches no line at or after line {first} of the excerpt ({shown})"
+        return Unbound(Problem(spec.mark, f"key block {spec.name!r}: 'to' text {binding.until!r} matches no line at or after line {first} of the excerpt ({shown})"))
     return first, end.number
 
 
@@ -190,8 +200,8 @@ def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems
     slugs: set[str] = set()
     for spec in lab.key_blocks:
         bound = bind_block(parts, spec)
-        if isinstance(bound, str):
-            problems.add(spec.mark, bound)
+        if isinstance(bound, Problem):
+            problems.extend([bound])
             continue
         at, first, last = bound
         base = slug = slugify(spec.name)
@@ -226,27 +236,27 @@ def check_recorded_answers(lab: Lab, excerpt: Excerpt, source: SourceFile, probl
                 problems.add(recorded.mark, f"recorded: {recorded.name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
 
 
-def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | str:
+def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | Problem:
     """Bind a key block to lines of one step: (step position, first, last), or why it cannot be."""
     if len(parts) == 1:
         bound = bind_lines(parts[0].lines, spec, parts[0].starter)
-        return bound if isinstance(bound, str) else (0, *bound)
+        return bound.problem if isinstance(bound, Unbound) else (0, *bound)
     # parse.py made sure a key block's `starter` is a step's.
     places = [i for i, part in enumerate(parts) if spec.starter is None or part.starter == spec.starter]
     found = [(i, bind_lines(parts[i].lines, spec, parts[i].starter)) for i in places]
-    hits = [(i, bound) for i, bound in found if not isinstance(bound, str)]
+    hits = [(i, bound) for i, bound in found if not isinstance(bound, Unbound)]
     shown = ", ".join(f"{parts[i].starter}:{parts[i].first}-{parts[i].last}" for i in places)
     if not hits:
         binding = spec.lines
         what = f"lines {binding.first}-{binding.last}" if binding.kind == "range" else f"text {binding.text!r}"
-        several = [bound for _, bound in found if "quote more of the line" in bound]
-        if several:  # many lines within one step: that step's own message says which
+        several = [bound.problem for _, bound in found if bound.several]
+        if several:  # many lines within one step: that step's own problem says which
             return several[0]
-        return f"key block {spec.name!r}: {what} matches no line of the walkthrough ({shown})"
+        return Problem(spec.mark, f"key block {spec.name!r}: {what} matches no line of the walkthrough ({shown})")
     if len(hits) > 1:
         where = "; ".join(f"step {i + 1} ({parts[i].starter}, line {bound[0]})" for i, bound in hits)
         fix = "give its line number" if len({parts[i].starter for i, _ in hits}) == 1 else "name its file with `starter:`"
-        return f"key block {spec.name!r}: its lines match in {len(hits)} steps ({where}); quote more of the line or {fix}"
+        return Problem(spec.mark, f"key block {spec.name!r}: its lines match in {len(hits)} steps ({where}); quote more of the line or {fix}")
     i, (first, last) = hits[0]
     return i, first, last
 

@@ -7,7 +7,7 @@ from typing import Literal, get_args
 
 import yaml
 
-from infralens.errors import Mark, Problems
+from infralens.errors import Mark, Note, Problems
 from infralens.model.declare import declared, derived, record
 from infralens.model.expr import (
     FUNCTIONS,
@@ -326,7 +326,7 @@ def _check_names(inputs, outputs, problems: Problems) -> None:
     seen: dict[str, Mark] = {}
     for name, mark in [(i.name, i.mark) for i in inputs] + [(o.name, o.mark) for o in outputs]:
         if name in seen:
-            problems.add(mark, f"{name!r} is already the name of an input or output (line {seen[name].line})")
+            problems.add(mark, f"{name!r} is already the name of an input or output", Note(seen[name], f"{name!r} is first named here"))
         elif name in FUNCTIONS:
             problems.add(mark, f"{name!r} is a function of expressions; name it otherwise")
         seen.setdefault(name, mark)

@@ -7,7 +7,7 @@ so are the editors' JSON Schemas and schema/reference.md written from here.
 
 from __future__ import annotations
 
-from infralens.errors import Mark, Problems
+from infralens.errors import Mark, Note, Problems
 from infralens.model.declare import record
 from infralens.model.lab import (
     DEFAULT_KIND_LINE,
@@ -56,7 +56,7 @@ def parse_site(path: str, text: str) -> Site:
         seen: dict[str, Track] = {}
         for track in site.tracks:
             if track.id in seen:
-                problems.add(track.mark, f"duplicate track id {track.id!r} (first at line {seen[track.id].mark.line})")
+                problems.add(track.mark, f"duplicate track id {track.id!r}", Note(seen[track.id].mark, f"track {track.id!r} is first declared here"))
             seen.setdefault(track.id, track)
     problems.raise_if_any()
     return site
@@ -118,7 +118,7 @@ def _check_lab(lab: Lab, ctx: Context) -> None:
     for position, question in enumerate(lab.questions, start=1):
         qid = question_id(question, position)
         if qid in asked:
-            ctx.problems.add(question.mark, f"question id {qid!r} is taken by the question at line {asked[qid].line}; give this one its own `id`")
+            ctx.problems.add(question.mark, f"question id {qid!r} is taken by another question; give this one its own `id`", Note(asked[qid], f"the question whose id is {qid!r}"))
         asked.setdefault(qid, question.mark)
         for block in question.blocks:
             if block.text not in seen:
