@@ -27,7 +27,7 @@ from pathlib import Path
 from infralens.build import load_project
 from infralens.check.runner import lab_excerpt
 from infralens.child import RUN_MARKDOWN, TRACE_STATE
-from infralens.lab.resolve import traced_spans
+from infralens.lab.state import traced_spans
 from infralens.text.markdown import python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -117,7 +117,7 @@ def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
     opts out (state: false) must be argued for here, not slip through."""
     from infralens.build import load_project
     from infralens.check.runner import lab_excerpt
-    from infralens.lab.resolve import traced_spans
+    from infralens.lab.state import traced_spans
 
     project = load_project(REPO / "site.yml")
     untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, REPO))]

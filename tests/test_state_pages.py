@@ -13,7 +13,8 @@ from conftest import TESTS, run_infralens
 from infralens.build import load_project
 from infralens.build.memory import resolve
 from infralens.errors import Mark
-from infralens.lab.resolve import plain_excerpt, traced_spans
+from infralens.lab.resolve import plain_excerpt
+from infralens.lab.state import traced_spans
 from infralens.lab.state import (
     LineState,
     Shown,

@@ -7,7 +7,8 @@ import pytest
 from conftest import TESTS
 
 from infralens.errors import InputError, Problems
-from infralens.lab.resolve import plain_excerpt, resolve_excerpt, traced_spans
+from infralens.lab.resolve import plain_excerpt, resolve_excerpt
+from infralens.lab.state import traced_spans
 from infralens.model.parse import parse_lab
 from infralens.text.highlight import source_file
 

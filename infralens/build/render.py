@@ -17,22 +17,16 @@ from markupsafe import Markup
 
 from infralens.errors import InputError, Mark, Problem
 from infralens.lab.calculators import (
-    CALCULATORS_FILE,
     CalcView,
-    calculator_view,
-    calculators_script,
     chart_file,
-    check_lab_calculators,
 )
-from infralens.lab.notebooks import has_notebook, notebook, notebook_path
-from infralens.lab.questions import Answered, answered_questions
-from infralens.lab.resolve import traced_spans
+from infralens.lab.features import published
+from infralens.lab.notebooks import has_notebook, notebook_path
+from infralens.lab.questions import Answered
 from infralens.lab.state import (
     STATE_FILE,
     PageState,
     block_table,
-    page_state,
-    state_script,
 )
 from infralens.model.lab import KINDS, Lab
 from infralens.model.resolved import KeyBlock, ResolvedLab
@@ -207,22 +201,16 @@ class Renderer:
         lab = resolved.lab
         excerpt = resolved.excerpt
         runs = first_runs(lab.starters, every_run)
-        state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
-        checked, problems = check_lab_calculators(lab, runs)
-        if problems:  # a calculator that disagrees with its starter's checked values is not published
+        shown = published(lab, runs, excerpt, sources)
+        problems = [problem for one in shown.values() for problem in one.problems]
+        if problems:  # a calculator that disagrees with its starter, an answer the run does not give: not published
             raise InputError(problems)
-        calculators = tuple(calculator_view(one) for one in checked)
-        answered, problems = answered_questions(lab, runs, excerpt.key_blocks)
-        if problems:  # a question whose answer the checked run does not print cannot be shown
-            raise InputError(problems)
+        state, calculators, answered = shown["state"].view, shown["calculators"].view, shown["questions"].view
         folder = PurePosixPath(lab_url(lab.id)).parent
         pages = [self.render_lab(site, resolved, every_run, nav, state, calculators)]
         if answered:
             pages.append(self.render_practice(site, resolved, nav, answered))
-        if state is not None:
-            pages.append(Page(f"{folder}/{STATE_FILE}", state_script(state)))
-        if checked:
-            pages.append(Page(f"{folder}/{CALCULATORS_FILE}", calculators_script(checked)))
+        pages += [Page(path, text) for one in shown.values() for path, text in one.files]
         for view in calculators:
             if view.chart is not None:
                 pages.append(Page(f"{folder}/{chart_file(view.calc.id)}", self.template("calc_chart.svg", chart=view.chart)))
@@ -230,9 +218,6 @@ class Renderer:
             previewed = starter.path == excerpt.starter
             own = tuple(block for block in excerpt.key_blocks if block.starter == starter.path)
             pages.append(self.render_source(site, lab, starter, sources[starter.path], tuple(Binding(lab, block) for block in own), state if previewed else None))
-            book = notebook(lab, starter, sources[starter.path].text, own) if has_notebook(starter) else None
-            if book is not None:
-                pages.append(Page(notebook_path(starter.path), book))
         return pages
 
     def render_lab(

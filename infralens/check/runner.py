@@ -21,14 +21,14 @@ from infralens.check.results import ResultStore, run_key
 from infralens.check.sandbox import Sandbox
 from infralens.check.verdicts import (
     artifact_problem,
-    check_calculators,
     check_claims,
-    check_questions,
+    check_features,
     run_verdict,
 )
 from infralens.child import PROBE, RUN_MARKDOWN, TRACE_STATE
 from infralens.lab.calculators import probe_digest, starter_probe
-from infralens.lab.resolve import plain_excerpt, traced_spans
+from infralens.lab.resolve import plain_excerpt
+from infralens.lab.state import traced_spans
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt
 from infralens.model.run import RunResult
@@ -343,8 +343,7 @@ def run_labs(
             runs = [future.result() for (lab_id, _, _), future in futures.items() if lab_id == lab.id]
             if device is None:
                 runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
-                runs = check_calculators(lab, runs)
-                runs = check_questions(lab, runs, excerpts[lab.id].key_blocks if excerpts[lab.id] else ())
+                runs = check_features(lab, runs, excerpts[lab.id])
             for result in runs:
                 if on_result:
                     on_result(result)

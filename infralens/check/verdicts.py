@@ -13,12 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from infralens.errors import Mark, Problem
-from infralens.lab.calculators import calculator_problems
 from infralens.lab.claims import figure_line, unbacked_figures
-from infralens.lab.questions import question_problems
+from infralens.lab.features import run_problems
 from infralens.lab.state import recorded_text
 from infralens.model.lab import Lab
-from infralens.model.resolved import KeyBlock
+from infralens.model.resolved import Excerpt
 from infralens.model.run import RunResult, Status, first_runs
 from infralens.model.starter import RunSpec
 
@@ -122,17 +121,13 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     return [*results[:last], failed, *results[last + 1 :]]
 
 
-def check_calculators(lab: Lab, results: list[RunResult]) -> list[RunResult]:
-    """Fail a mirrored starter's run when a calculator of the lab disagrees with its probe's answers."""
-
-    return failed_by(results, calculator_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results})), lab)
-
-
-def check_questions(lab: Lab, results: list[RunResult], blocks: tuple[KeyBlock, ...]) -> list[RunResult]:
-    """Fail a passed run when a question's pattern matches nothing it printed, or a value it should
-    have recorded is missing: its page could not give that answer."""
-
-    return failed_by(results, question_problems(lab, first_runs(lab.starters, {(r.starter, r.device): r for r in results}), blocks), lab)
+def check_features(lab: Lab, results: list[RunResult], excerpt: Excerpt | None) -> list[RunResult]:
+    """Fail a starter's passed first run when a page feature says its run falls short: a calculator
+    that disagrees with the probe's answers, a question whose figure it did not print or record."""
+    runs = first_runs(lab.starters, {(r.starter, r.device): r for r in results})
+    for by_starter in run_problems(lab, runs, excerpt):
+        results = failed_by(results, by_starter, lab)
+    return results
 
 
 def failed_by(results: list[RunResult], by_starter: dict[str, list[Problem]], lab: Lab) -> list[RunResult]:

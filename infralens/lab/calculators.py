@@ -17,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import PurePosixPath
 
 from infralens.errors import Mark, Problem
 from infralens.lab.roofline import RooflineView, roofline_view
@@ -46,7 +47,10 @@ from infralens.model.expr import (
     to_js,
 )
 from infralens.model.lab import Lab, mirrored_starter
+from infralens.model.resolved import Excerpt, Published
 from infralens.model.run import RunResult
+from infralens.text.source import SourceFile
+from infralens.urls import lab_url
 
 Numeric = int | float
 
@@ -399,3 +403,27 @@ def calculator_view(checked: Checked) -> CalcView:
                  tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels, o.digits) for case in cases)) for o in calc.outputs]
     chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
     return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
+
+
+# ---------------------------------------------------------------- the page feature (see features.py)
+
+NAME = "calculators"
+
+
+def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
+    """None beyond the model's: a calculator's expressions, calls and presets are checked as the manifest is read."""
+    return []
+
+
+def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
+    """Each output equals its starter's value at the defaults and every preset."""
+    return calculator_problems(lab, runs)
+
+
+def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:
+    """Each calculator's view (a calculator that disagrees with its starter is not published) and the form's script."""
+    checked, problems = check_lab_calculators(lab, runs)
+    if problems or not checked:
+        return Published((), (), tuple(problems))
+    script = (f"{PurePosixPath(lab_url(lab.id)).parent}/{CALCULATORS_FILE}", calculators_script(checked))
+    return Published(tuple(calculator_view(one) for one in checked), (script,))

@@ -18,12 +18,12 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-import nbformat
-from nbformat import v4
-
+from infralens.errors import Problem
 from infralens.model.lab import Lab
-from infralens.model.resolved import KeyBlock
+from infralens.model.resolved import Excerpt, KeyBlock, Published
+from infralens.model.run import RunResult
 from infralens.model.starter import Starter
+from infralens.text.source import SourceFile
 
 
 def notebook_path(starter_path: str) -> str:
@@ -116,6 +116,10 @@ def _marker(line: str) -> bool:
 
 def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...] = ()) -> str | None:
     """The notebook of a Python starter, as JSON text; None when the starter does not parse."""
+    # deferred: nbformat takes ~70 ms to load, and `check` resolves excerpts without making notebooks
+    import nbformat
+    from nbformat import v4
+
     cut = pieces(text)
     if cut is None:
         return None
@@ -150,3 +154,29 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
         "language_info": {"name": "python"},
     })
     return nbformat.writes(book)
+
+
+# ---------------------------------------------------------------- the page feature (see features.py)
+
+NAME = "notebooks"
+
+
+def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
+    """None: any Python starter can be a notebook (one that cannot be cut into cells has none)."""
+    return []
+
+
+def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
+    """None: a notebook is made from the starter's text, not from its run."""
+    return {}
+
+
+def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:
+    """A notebook beside each Python starter's raw file, the notes of the page as Markdown cells."""
+    files = []
+    for starter in lab.starters:
+        own = tuple(block for block in excerpt.key_blocks if block.starter == starter.path)
+        book = notebook(lab, starter, sources[starter.path].text, own) if has_notebook(starter) else None
+        if book is not None:
+            files.append((notebook_path(starter.path), book))
+    return Published(None, tuple(files))

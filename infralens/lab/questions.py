@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 import regex
 
-from infralens.errors import Problem
+from infralens.errors import Problem, Problems
+from infralens.lab.state import bound_names
 from infralens.model.lab import Lab, answering_starter, question_id
 from infralens.model.question import Option, Question
-from infralens.model.resolved import KeyBlock
+from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
+from infralens.text.source import SourceFile
 
 PREFIXES: dict[str, float] = {
     "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -199,3 +201,45 @@ def question_problems(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlo
         if problem is not None:
             found.setdefault(answering_starter(lab, question.answer), []).append(problem)
     return found
+
+
+def check_recorded_answers(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """A question's recorded value must be one its block's lines record: a name they bind (or
+    `return`), on the previewed starter's lines, which are traced."""
+    blocks = {b.name: b for b in excerpt.key_blocks}
+    for question in lab.questions:
+        recorded = question.answer.recorded if question.answer is not None else None
+        block = blocks.get(recorded.block) if recorded is not None else None
+        if block is None:  # no recorded value, or a block parse.py already refused
+            continue
+        if block.starter != excerpt.starter:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} is bound to {block.starter}; only the previewed starter ({excerpt.starter}) records values")
+        elif block.state is not None and not block.state.shown:
+            problems.add(recorded.mark, f"recorded: key block {block.name!r} says `state: false`, so its lines record nothing")
+        elif recorded.name != "return":
+            known = bound_names(source, block.first, block.last)
+            if recorded.name not in known:
+                problems.add(recorded.mark, f"recorded: {recorded.name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
+
+
+# ---------------------------------------------------------------- the page feature (see features.py)
+
+NAME = "questions"
+
+
+def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
+    """A recorded answer names a value its block's lines record."""
+    problems = Problems()
+    check_recorded_answers(lab, excerpt, source, problems)
+    return list(problems)
+
+
+def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
+    """Each numeric answer is printed (or recorded) by its starter's checked run."""
+    return question_problems(lab, runs, excerpt.key_blocks if excerpt else ())
+
+
+def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:
+    """Every question with its answer from the checked run: the practice page's content."""
+    answered, problems = answered_questions(lab, runs, excerpt.key_blocks)
+    return Published(answered, (), tuple(problems))

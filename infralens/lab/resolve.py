@@ -10,14 +10,14 @@ import ast
 import re
 from dataclasses import dataclass
 
-from infralens.child.trace_state import python_of, statement_names
 from infralens.errors import Mark, Note, Problem, Problems, did_you_mean
+from infralens.lab.features import manifest_problems
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Part
 from infralens.model.schema import parse_range
 from infralens.model.starter import KeyBlockSpec, Selector
 from infralens.text.highlight import source_file
-from infralens.text.markdown import outline, python_blocks
+from infralens.text.markdown import outline
 from infralens.text.source import SourceFile, SourceLine
 
 # Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
@@ -212,28 +212,8 @@ def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems
         slugs.add(slug)
         blocks.append(KeyBlock(spec.name, slug, spec.note, first, last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at))
     excerpt = Excerpt(tuple(parts), tuple(blocks))
-    check_state_names(lab, excerpt, sources[lab.previewed], problems)
-    check_recorded_answers(lab, excerpt, sources[lab.previewed], problems)
+    problems.extend(manifest_problems(lab, excerpt, sources[lab.previewed]))
     return excerpt
-
-
-def check_recorded_answers(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
-    """A question's recorded value must be one its block's lines record: a name they bind (or
-    `return`), on the previewed starter's lines, which are traced."""
-    blocks = {b.name: b for b in excerpt.key_blocks}
-    for question in lab.questions:
-        recorded = question.answer.recorded if question.answer is not None else None
-        block = blocks.get(recorded.block) if recorded is not None else None
-        if block is None:  # no recorded value, or a block parse.py already refused
-            continue
-        if block.starter != excerpt.starter:
-            problems.add(recorded.mark, f"recorded: key block {block.name!r} is bound to {block.starter}; only the previewed starter ({excerpt.starter}) records values")
-        elif block.state is not None and not block.state.shown:
-            problems.add(recorded.mark, f"recorded: key block {block.name!r} says `state: false`, so its lines record nothing")
-        elif recorded.name != "return":
-            known = bound_names(source, block.first, block.last)
-            if recorded.name not in known:
-                problems.add(recorded.mark, f"recorded: {recorded.name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
 
 
 def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | Problem:
@@ -261,23 +241,6 @@ def bind_block(parts: list[Part], spec: KeyBlockSpec) -> tuple[int, int, int] | 
     return i, first, last
 
 
-def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
-    """Return the line spans whose execution state `check` records: the excerpt's lines, less
-    those of key blocks that say `state: false`; none when the previewed starter says so."""
-    starter = next((s for s in lab.starters if s.path == excerpt.starter), None)
-    if starter is None or starter.run is None or (starter.state is not None and not starter.state.shown):
-        return ()
-    hidden = {n for b in excerpt.key_blocks if b.starter == excerpt.starter and b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
-    numbers = [line.number for line in excerpt.lines if line.number not in hidden]
-    spans: list[tuple[int, int]] = []
-    for number in numbers:
-        if spans and number == spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], number)
-        else:
-            spans.append((number, number))
-    return tuple(spans)
-
-
 def plain_excerpt(lab: Lab, texts: dict[str, str]) -> Excerpt | None:
     """The lab's excerpt from its starters' texts alone (what `check` needs: no highlighting), or
     None when it cannot be cut: the build reports why."""
@@ -290,47 +253,3 @@ def plain_excerpt(lab: Lab, texts: dict[str, str]) -> Excerpt | None:
     return None if excerpt is None or problems else excerpt
 
 
-def bound_names(source: SourceFile, first: int, last: int) -> list[str]:
-    """The names the statements starting on lines first..last bind, and the parameters of a
-    function defined there: what a state list may name."""
-
-    text = source.text
-    if source.path.endswith(".md"):
-
-        text = python_of(text, python_blocks(text))
-    try:
-        tree = ast.parse(text)
-        names, _ = statement_names(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return []
-    found = [name for line, bound in names.items() if first <= line <= last for name in bound]
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first <= node.lineno <= last:
-            args = node.args
-            found += [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None]
-    return list(dict.fromkeys(found))
-
-
-def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
-    """Every variable a state list names must be bound by a line it covers."""
-    wanted = []
-    for starter in lab.starters:
-        if starter.state is None or not starter.state.names:
-            continue
-        if starter.path != excerpt.starter:
-            problems.add(starter.state.mark, f"state: only the previewed starter ({excerpt.starter}) records execution state, not {starter.path}")
-        else:
-            wanted.append((starter.state, excerpt.first, excerpt.last, f"the excerpt of {starter.path}"))
-    for b in excerpt.key_blocks:
-        if b.state is None or not b.state.names:
-            continue
-        if b.starter != excerpt.starter:
-            problems.add(b.state.names[0][1], f"state: key block {b.name!r} is bound to {b.starter}, and only the previewed starter ({excerpt.starter}) records execution state")
-        else:
-            wanted.append((b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})"))
-    for choice, first, last, where in wanted:
-        known = bound_names(source, first, last)
-        for name, mark in choice.names:
-            if name not in known and not any(name.startswith(k + ".") for k in known):
-                listed = ", ".join(known[:12]) or "none"
-                problems.add(mark, f"state: {name!r} is not bound by any line of {where}; names bound there: {listed}")

@@ -9,14 +9,21 @@ now; any other state is stale, and nothing of it is shown.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
+from infralens.child.trace_state import python_of, statement_names
+from infralens.errors import Problem, Problems
 from infralens.model.lab import Lab
-from infralens.model.resolved import Excerpt, KeyBlock
+from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
 from infralens.model.starter import StateChoice
+from infralens.text.markdown import python_blocks
+from infralens.text.source import SourceFile
+from infralens.urls import lab_url
 
 STATE_FILE = "state.js"
 """The file beside a lab page that holds its recorded state, loaded on a reader's first selection."""
@@ -239,3 +246,91 @@ def state_script(page: PageState) -> str:
     text = json.dumps(page.data, separators=(",", ":"), ensure_ascii=False)
     # Inside a script, `</` could end it early: JSON allows the escaped form.
     return "InfraLensState(" + text.replace("</", "<\\/") + ");\n"
+
+
+def bound_names(source: SourceFile, first: int, last: int) -> list[str]:
+    """The names the statements starting on lines first..last bind, and the parameters of a
+    function defined there: what a state list may name."""
+
+    text = source.text
+    if source.path.endswith(".md"):
+
+        text = python_of(text, python_blocks(text))
+    try:
+        tree = ast.parse(text)
+        names, _ = statement_names(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found = [name for line, bound in names.items() if first <= line <= last for name in bound]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and first <= node.lineno <= last:
+            args = node.args
+            found += [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None]
+    return list(dict.fromkeys(found))
+
+
+def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """Every variable a state list names must be bound by a line it covers."""
+    wanted = []
+    for starter in lab.starters:
+        if starter.state is None or not starter.state.names:
+            continue
+        if starter.path != excerpt.starter:
+            problems.add(starter.state.mark, f"state: only the previewed starter ({excerpt.starter}) records execution state, not {starter.path}")
+        else:
+            wanted.append((starter.state, excerpt.first, excerpt.last, f"the excerpt of {starter.path}"))
+    for b in excerpt.key_blocks:
+        if b.state is None or not b.state.names:
+            continue
+        if b.starter != excerpt.starter:
+            problems.add(b.state.names[0][1], f"state: key block {b.name!r} is bound to {b.starter}, and only the previewed starter ({excerpt.starter}) records execution state")
+        else:
+            wanted.append((b.state, b.first, b.last, f"key block {b.name!r} (lines {b.first}-{b.last})"))
+    for choice, first, last, where in wanted:
+        known = bound_names(source, first, last)
+        for name, mark in choice.names:
+            if name not in known and not any(name.startswith(k + ".") for k in known):
+                listed = ", ".join(known[:12]) or "none"
+                problems.add(mark, f"state: {name!r} is not bound by any line of {where}; names bound there: {listed}")
+
+
+def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
+    """Return the line spans whose execution state `check` records: the excerpt's lines, less
+    those of key blocks that say `state: false`; none when the previewed starter says so."""
+    starter = next((s for s in lab.starters if s.path == excerpt.starter), None)
+    if starter is None or starter.run is None or (starter.state is not None and not starter.state.shown):
+        return ()
+    hidden = {n for b in excerpt.key_blocks if b.starter == excerpt.starter and b.state is not None and not b.state.shown for n in range(b.first, b.last + 1)}
+    numbers = [line.number for line in excerpt.lines if line.number not in hidden]
+    spans: list[tuple[int, int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], number)
+        else:
+            spans.append((number, number))
+    return tuple(spans)
+
+
+# ---------------------------------------------------------------- the page feature (see features.py)
+
+NAME = "state"
+
+
+def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
+    """Every variable a state list names is bound by a line it covers."""
+    problems = Problems()
+    check_state_names(lab, excerpt, source, problems)
+    return list(problems)
+
+
+def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
+    """None: a run that recorded no state still passes (the page then shows none)."""
+    return {}
+
+
+def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:
+    """The values the previewed starter's checked run recorded, and the script the reader's panel loads."""
+    state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
+    if state is None:
+        return Published()
+    return Published(state, ((f"{PurePosixPath(lab_url(lab.id)).parent}/{STATE_FILE}", state_script(state)),))

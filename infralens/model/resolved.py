@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from infralens.errors import Problem
 from infralens.model.lab import Lab
 from infralens.model.starter import StateChoice
 from infralens.text.source import SourceLine
@@ -85,3 +87,15 @@ class ResolvedLab:
 
     lab: Lab
     excerpt: Excerpt
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a page feature publishes for one lab: the view its templates read, the data files it
+    writes beside the page, and the problems that keep the lab from being published."""
+
+    view: Any = None
+    """Handed to the lab page's templates under the feature's NAME (None: the feature has nothing to show)."""
+    files: tuple[tuple[str, str], ...] = ()
+    """(path under output/, text) of each file it writes: a data script, a notebook."""
+    problems: tuple[Problem, ...] = ()
