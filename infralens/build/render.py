@@ -11,6 +11,7 @@ import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -207,7 +208,7 @@ class Renderer:
             raise InputError(problems)
         state, calculators, answered = shown["state"].view, shown["calculators"].view, shown["questions"].view
         folder = PurePosixPath(lab_url(lab.id)).parent
-        pages = [self.render_lab(site, resolved, every_run, nav, state, calculators)]
+        pages = [self.render_lab(site, resolved, every_run, nav, state, calculators, {name: one.view for name, one in shown.items()})]
         if answered:
             pages.append(self.render_practice(site, resolved, nav, answered))
         pages += [Page(path, text) for one in shown.values() for path, text in one.files]
@@ -221,9 +222,17 @@ class Renderer:
         return pages
 
     def render_lab(
-        self, site: Site, resolved: ResolvedLab, every_run: dict[tuple[str, str], RunResult], nav, state: PageState | None = None, calculators: tuple[CalcView, ...] = ()
+        self,
+        site: Site,
+        resolved: ResolvedLab,
+        every_run: dict[tuple[str, str], RunResult],
+        nav,
+        state: PageState | None = None,
+        calculators: tuple[CalcView, ...] = (),
+        features: dict[str, Any] | None = None,
     ) -> Page:
-        """Render one lab page with its eleven sections in order, and each run's result by (path, device)."""
+        """Render one lab page with its sections in order, and each run's result by (path, device).
+        `features` is each page feature's view by its NAME, for the partials that show it."""
         lab, excerpt = resolved.lab, resolved.excerpt
         path = lab_url(lab.id)
         sections = lab.sections()
@@ -242,6 +251,7 @@ class Renderer:
             state_tables={b.slug: block_table(state, b) if b.starter == excerpt.starter else None for b in excerpt.key_blocks},
             state_file=STATE_FILE,
             calculators=calculators,
+            features=features or {},
             sections=sections,
             nav=nav,
             previous_lab=nav.previous,
