@@ -52,7 +52,7 @@ def main() -> None:
         starter = next(s for s in lab.starters if s.path == lab.previewed)
         if (args.labs and lab.id not in args.labs) or starter.run is None:
             continue
-        excerpt = lab_excerpt(lab, ROOT)
+        excerpt = lab_excerpt(lab, project.texts)
         spans = traced_spans(lab, excerpt) if excerpt else ()
         if not spans:
             print(f"{lab.id:38} {'':>8} {'':>9} {'':>6} {'':>6} {'':>8}  records no state (state: false)")

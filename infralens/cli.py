@@ -144,7 +144,7 @@ def check(
     jail = opened_sandbox() if sandbox else None
     signal.signal(signal.SIGTERM, stopped_by_signal)  # SIGTERM stops the starters as Ctrl-C does
     try:
-        results = run_labs(labs, project.root, jobs, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state, device=device)
+        results = run_labs(labs, project.root, jobs, texts=project.texts, manifests=project.manifests, store=store, use_cache=not no_cache, on_result=show, sandbox=jail, reaper=become_subreaper(), state=not no_state, device=device)
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)

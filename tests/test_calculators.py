@@ -365,7 +365,7 @@ def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(la
     for path in {mirrored_starter(lab, calc) for calc in lab.calculators}:
         starter = next(s for s in lab.starters if s.path == path)
         if any(isinstance(p, PrintedPreset) for calc in lab.calculators for p in calc.presets):
-            passed = run_starter(lab, starter, REPO)  # a printed preset needs what the run prints
+            passed = run_starter(lab, starter, REPO, text=(REPO / path).read_text(encoding="utf-8"))  # a printed preset needs what the run prints
             assert passed.passed, passed.reason
         else:
             passed = RunResult(lab.id, path, "passed", 0.0, 0, "", "", "", starter.mark, finished="2026-11-24T00:00:00Z")

@@ -120,5 +120,5 @@ def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
     from infralens.lab.state import traced_spans
 
     project = load_project(REPO / "site.yml")
-    untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, REPO))]
+    untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, project.texts))]
     assert untraced == []

@@ -179,11 +179,11 @@ def test_a_cuda_run_runs_where_the_machine_has_one_with_its_gpus_chosen(sample_s
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     project = load_project(sample_site / "site.yml")
     labs = tuple(lab for lab in project.labs if lab.id == "lab-01-sample")
-    results = {(r.starter, r.device): r for r in run_labs(labs, project.root, jobs=2, machine=H100_MACHINE)}
+    results = {(r.starter, r.device): r for r in run_labs(labs, project.root, jobs=2, texts=project.texts, manifests=project.manifests, machine=H100_MACHINE)}
     cpu, cuda = results["code/lab-01-sample/gpu.py", "cpu"], results["code/lab-01-sample/gpu.py", "cuda"]
     assert (cpu.status, cpu.stdout, cpu.hardware) == ("passed", "visible: unset\n", H100_MACHINE.hardware("cpu"))
     assert (cuda.status, cuda.stdout, cuda.hardware) == ("passed", "visible: 0\n", H100_MACHINE.hardware("cuda"))
-    skipped = {(r.starter, r.device): r for r in run_labs(labs, project.root, jobs=2, machine=CPU_MACHINE)}["code/lab-01-sample/gpu.py", "cuda"]
+    skipped = {(r.starter, r.device): r for r in run_labs(labs, project.root, jobs=2, texts=project.texts, manifests=project.manifests, machine=CPU_MACHINE)}["code/lab-01-sample/gpu.py", "cuda"]
     assert (skipped.status, skipped.passed, skipped.stdout) == ("skipped", False, "")
 
 

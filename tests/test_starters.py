@@ -24,7 +24,7 @@ RUNS = [(starter.path, run.device) for _, starter, run in runs_of(PROJECT.labs)]
 
 @pytest.fixture(scope="session")
 def results() -> dict[tuple[str, str], object]:
-    runs = run_labs(PROJECT.labs, PROJECT.root, jobs=2)  # no store: every starter runs, nothing is kept
+    runs = run_labs(PROJECT.labs, PROJECT.root, jobs=2, texts=PROJECT.texts, manifests=PROJECT.manifests)  # no store: every starter runs, nothing is kept
     return {(result.starter, result.device): result for result in runs}
 
 

@@ -142,6 +142,13 @@ class Project:
     labs: tuple[Lab, ...]
     sources: dict[str, SourceFile]
     """Starter path → highlighted file."""
+    manifests: dict[str, str]
+    """Lab id → its manifest's text, as read."""
+
+    @property
+    def texts(self) -> dict[str, str]:
+        """Starter path → its text, as read."""
+        return {path: source.text for path, source in self.sources.items()}
 
 
 def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
@@ -151,4 +158,4 @@ def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
     texts = read_starters(ws, cards)
     sources = {path: highlighted(ws, path, text) for path, (text, _) in texts.items()}
     labs = tuple(sorted(parsed.values(), key=lambda lab: lab.number))
-    return Project(ws.root, site, labs, sources)
+    return Project(ws.root, site, labs, sources, {manifest.lab_id: manifest.text for manifest in manifests})

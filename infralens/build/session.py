@@ -15,7 +15,7 @@ from typing import Iterator
 from infralens import __version__
 from infralens.build.plan import BuildState
 from infralens.build.workers import map_over
-from infralens.check.results import folder_stamp, run_environment, run_key
+from infralens.check import results
 from infralens.project.workspace import Workspace, digest, packaged_theme
 
 STATE_FORMAT = "build-state-1"
@@ -100,11 +100,11 @@ class Session:
 
     def run_key(self, ws: Workspace, starter, run) -> str:
         """Return the key of a run of a starter, hashing its folder again only when a file in it changed."""
-        stamp = (folder_stamp(ws.root, starter), run_environment())  # a new tracer or probe: a new key
+        stamp = (results.folder_stamp(ws.root, starter), results.run_environment())  # a new tracer or probe: a new key
         remembered = self.run_keys.get((starter.path, repr(run)))
         if remembered and remembered[0] == stamp:
             return remembered[1]
-        key = run_key(ws.root, starter, run)
+        key = results.run_key(ws.root, starter, run)
         self.run_keys[starter.path, repr(run)] = (stamp, key)
         return key
 

@@ -10,6 +10,7 @@ import json
 import shutil
 import sys
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -51,12 +52,15 @@ def run_starter(
     spans: Spans = (),
     run: RunSpec | None = None,
     machine: Machine | None = None,
+    *,
+    text: str,
 ) -> RunResult:
     """Run one starter (its `run`, the first by default) and say whether it passed: exit 0 within
     the timeout, every expect found, every declared artifact written. Artifacts are copied into
     `keep` when it is given; with a sandbox, the starter runs inside it (see sandbox.py). With
     `spans`, a starter that passed runs once more under the tracer, which records the execution
-    state of those lines (see `record_state`). The result names what `machine` it ran on.
+    state of those lines (see `record_state`). The result names what `machine` it ran on. `text`
+    is the starter as the workspace read it (a Markdown starter's python blocks are cut from it).
     """
     spec = run or starter.run
     assert spec is not None
@@ -67,7 +71,7 @@ def run_starter(
         Path(side, "tmp").mkdir()
         if source.suffix == ".md":
             blocks = Path(side, "blocks.json")
-            blocks.write_text(json.dumps(python_blocks(source.read_text(encoding="utf-8"))), encoding="utf-8")
+            blocks.write_text(json.dumps(python_blocks(text)), encoding="utf-8")
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *spec.args]
         else:
             command = [sys.executable, str(source), *spec.args]
@@ -92,7 +96,7 @@ def run_starter(
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
         traced=spans,
-        state=record_state(source, starter, spans, running, sandbox) if spans and status == "passed" else "",
+        state=record_state(source, text, starter, spans, running, sandbox) if spans and status == "passed" else "",
         device=spec.device,
         hardware=(machine or detect_machine()).hardware(spec.device),
     )
@@ -116,7 +120,7 @@ def skipped(lab: Lab, starter: Starter, run: RunSpec, why: str, machine: Machine
     )
 
 
-def record_state(source: Path, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None) -> str:
+def record_state(source: Path, text: str, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None) -> str:
     """Run a starter that passed once more, under the tracer, and return the execution state it
     recorded for `spans` ("" when that run did not exit 0 in time).
 
@@ -130,7 +134,7 @@ def record_state(source: Path, starter: Starter, spans: Spans, running: Running 
         state_file = Path(side, "tmp", "state.json")  # where a sandbox lets it write (its TMPDIR)
         spec: dict = {"ranges": spans, "output": str(state_file)}
         if source.suffix == ".md":
-            spec["blocks"] = python_blocks(source.read_text(encoding="utf-8"))
+            spec["blocks"] = python_blocks(text)
         Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
         traced = execute(command, scratch, side, starter.run.timeout, running, sandbox)
@@ -173,6 +177,8 @@ def run_or_recall(
     spans: Spans = (),
     run: RunSpec | None = None,
     machine: Machine | None = None,
+    *,
+    text: str,
 ) -> RunResult:
     """Return the stored result of this exact version of the starter's run (its first, by
     default), or run it and store the result; skip it when `machine` lacks its device.
@@ -192,7 +198,7 @@ def run_or_recall(
     if store is None:
         if missing is not None:
             return skipped(lab, starter, spec, missing, machine)
-        result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine)
+        result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine, text=text)
         return probed(result, lab, root, starter, running, sandbox) if spec is starter.run else result
     key = run_key(root, starter, spec)
     stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
@@ -213,7 +219,7 @@ def run_or_recall(
         return result
     staging = store.staging(key)
     try:
-        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine)
+        result = run_starter(lab, starter, root, keep=staging, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine, text=text)
         if spec is starter.run:
             result = probed(result, lab, root, starter, running, sandbox)
     except BaseException:
@@ -280,15 +286,10 @@ def runs_of(labs: tuple[Lab, ...], device: str | None = None) -> list[tuple[Lab,
     return [(lab, starter, run) for lab in labs for starter in lab.starters for run in starter.runs if device in (None, run.device)]
 
 
-def lab_excerpt(lab: Lab, root: Path) -> Excerpt | None:
-    """The lab's excerpt, cut from its starters' text alone (no highlighting), or None when it
-    cannot be: the build reports why."""
-
-    try:
-        texts = {step.starter: (root / step.starter).read_text(encoding="utf-8") for step in lab.steps}
-    except (OSError, UnicodeDecodeError):
-        return None
-    return plain_excerpt(lab, texts)
+def lab_excerpt(lab: Lab, texts: Mapping[str, str]) -> Excerpt | None:
+    """The lab's excerpt, cut from its starters' texts alone (as the workspace read them, by path;
+    no highlighting), or None when it cannot be: the build reports why."""
+    return plain_excerpt(lab, {step.starter: texts[step.starter] for step in lab.steps if step.starter in texts})
 
 
 def run_labs(
@@ -296,6 +297,8 @@ def run_labs(
     root: Path,
     jobs: int,
     *,
+    texts: Mapping[str, str],
+    manifests: Mapping[str, str],
     store: ResultStore | None = None,
     use_cache: bool = True,
     on_result=None,
@@ -314,11 +317,14 @@ def run_labs(
     `use_cache` is off), and every fresh result is stored. Results come back in lab order;
     `on_result` sees each one as soon as its lab is complete. Without `state`, no starter is run
     again under the tracer (and a stored result counts only if it recorded no state either).
+
+    `texts` (starter path → text) and `manifests` (lab id → text) are what the workspace read,
+    behind its size and symlink guards: the runner reads no starter or manifest itself.
     """
     every = runs_of(labs, device)
     machine = machine or detect_machine(gpus=any(run.device != "cpu" for _, _, run in every))
 
-    excerpts = {lab.id: lab_excerpt(lab, root) for lab in labs}
+    excerpts = {lab.id: lab_excerpt(lab, texts) for lab in labs}
     spans = {lab.id: traced_spans(lab, excerpts[lab.id]) if state and excerpts[lab.id] else () for lab in labs}
     running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -334,7 +340,7 @@ def run_labs(
         futures = {
             (lab.id, starter.path, run.device): pool.submit(
                 run_or_recall, lab, starter, root, store, use_cache, running, sandbox,
-                spans[lab.id] if starter.path == lab.previewed and run is starter.run else (), run, machine,
+                spans[lab.id] if starter.path == lab.previewed and run is starter.run else (), run, machine, text=texts[starter.path],
             )
             for lab, starter, run in every
         }
@@ -342,7 +348,7 @@ def run_labs(
         for lab in labs:
             runs = [future.result() for (lab_id, _, _), future in futures.items() if lab_id == lab.id]
             if device is None:
-                runs = check_claims(lab, runs, (root / lab.path).read_text(encoding="utf-8"))
+                runs = check_claims(lab, runs, manifests[lab.id])
                 runs = check_features(lab, runs, excerpts[lab.id])
             for result in runs:
                 if on_result:
