@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TESTS, run_infralens
+from conftest import TESTS, run_infralens
 
 from infralens.errors import InputError, Mark
 from infralens.lab.questions import (
@@ -200,10 +200,7 @@ def test_a_recorded_value_must_be_bound_by_its_block_and_recorded() -> None:
 
 
 @pytest.mark.unit
-def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number() -> None:
-    from infralens.build import load_project
-
-    project = load_project(REPO / "site.yml")
+def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number(project) -> None:
     for one in project.labs:
         kinds = {"choice" if q.choices else "number" for q in one.questions}
         assert len(one.questions) >= 3 and kinds == {"choice", "number"}, one.id
