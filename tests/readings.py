@@ -1,5 +1,6 @@
 """What a reader may type as a number: the table the build's reader (infralens.lab.questions) and the
-page's (questions.js) are both held to, by test_questions.py and test_browser_questions.py."""
+page's (questions.js) are both held to, by tests/lab/test_questions.py and
+tests/reader/test_browser_questions.py."""
 
 from __future__ import annotations
 
