@@ -3,7 +3,7 @@
     python bench/state_capture.py [--runs 3] [LAB_ID ...]
 
 `check` runs a previewed starter as it always did (that run's output is what the page shows and
-what `expect` checks) and, when it passed, once more under `infralens/trace_state.py` recording
+what `expect` checks) and, when it passed, once more under `infralens/child/trace_state.py` recording
 exactly the lines check records (.md starters through their python blocks). This runs both,
 alternating, RUNS times each, and prints the median wall time of each, what check now spends on
 the starter against before ((plain + traced) / plain), the state's size and how many lines it

@@ -1,4 +1,10 @@
-"""Shared fixtures, the --update-golden flag, the test kinds (markers) and a private cache folder."""
+"""Shared fixtures, the --update-golden flag, the test kinds (markers) and a private cache folder.
+
+The repository's project is read by the session fixture `project`, never at a module's import: a
+broken manifest then fails the tests that read it, with its own error, instead of stopping the
+collection of every module. What collection must know before then (the labs, which of them declare
+calculators, the runs of their starters) is read from the names and the plain YAML of labs/*.yml.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
+
+from infralens.build import Project, load_project
+from infralens.model.lab import Lab
+from infralens.model.resolved import ResolvedLab
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
@@ -165,6 +176,76 @@ def sample_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(TESTS / "sites" / "sample", target, symlinks=True, ignore=shutil.ignore_patterns(".infralens", "output"))
     monkeypatch.setenv(CACHE_ENV, str(target / ".infralens"))
     return target
+
+
+@pytest.fixture(scope="session")
+def project() -> Project:
+    """The repository's project (site.yml, every manifest and starter), read and parsed once a session."""
+    return load_project(REPO / "site.yml")
+
+
+@pytest.fixture(scope="session")
+def resolved(project: Project) -> dict[str, ResolvedLab]:
+    """Every lab of the repository's project resolved (its excerpt, key blocks and state), by lab id."""
+    from infralens.build.memory import resolve  # the page stack: loaded only where a test resolves labs
+
+    return {lab.lab.id: lab for lab in resolve(project)}
+
+
+@pytest.fixture(scope="session")
+def sample_project() -> Project:
+    """tests/sites/sample read and parsed once a session; to build or break it, use `sample_site`."""
+    return load_project(TESTS / "sites" / "sample" / "site.yml")
+
+
+def lab_of(project: Project, lab_id: str) -> Lab:
+    """The lab of the project with this id (a KeyError names an id the project lacks)."""
+    return {lab.id: lab for lab in project.labs}[lab_id]
+
+
+@pytest.fixture
+def lab(request: pytest.FixtureRequest, project: Project) -> Lab:
+    """The repository's lab a test is parametrized with by id: `parametrize("lab", lab_ids(), indirect=True)`."""
+    return lab_of(project, request.param)
+
+
+# --- The repository's labs as collection sees them, before anything is parsed ---------------------
+
+
+def lab_ids() -> list[str]:
+    """The repository's lab ids in number order: the names of labs/*.yml (a lab's id is its file's)."""
+    return sorted(path.stem for path in (REPO / "labs").glob("*.yml"))
+
+
+def manifest_data() -> dict[str, dict]:
+    """Each of labs/*.yml as plain YAML data, by lab id: read, not validated.
+
+    A manifest that is not a YAML mapping is left out here; the `project` fixture reports its error.
+    """
+    data = {}
+    for lab_id in lab_ids():
+        try:
+            loaded = yaml.safe_load((REPO / "labs" / f"{lab_id}.yml").read_text(encoding="utf-8"))
+        except yaml.YAMLError:
+            continue
+        if isinstance(loaded, dict):
+            data[lab_id] = loaded
+    return data
+
+
+def declared_starters() -> list[str]:
+    """The path of every starter the manifests list, in lab order."""
+    return [
+        starter["path"]
+        for manifest in manifest_data().values()
+        for starter in manifest.get("starters") or []
+        if isinstance(starter, dict) and isinstance(starter.get("path"), str)
+    ]
+
+
+def calculator_labs() -> list[str]:
+    """The ids of the labs whose manifests declare calculators, in number order."""
+    return [lab_id for lab_id, manifest in manifest_data().items() if manifest.get("calculators")]
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ page's budget is 60 KiB of HTML, CSS and JS together; the sources under template
 Other files (images, fonts) are copied as they are.
 
 rjsmin reads a template literal nested inside another's `${…}` as code and drops its spaces: the
-scripts build such strings by concatenation instead (a test in test_golden.py holds them to it).
+scripts build such strings by concatenation instead (a test in tests/build/test_golden.py holds them to it).
 """
 
 from __future__ import annotations

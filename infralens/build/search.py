@@ -133,7 +133,7 @@ def snippet(text: str) -> str:
 def python_names(code: str) -> tuple[list[str], list[str]]:
     """Return (names defined by def/class, every identifier) of Python code; keywords left out.
 
-    The same names as the NAME tokens of `tokenize` (tests/test_search.py holds it to that on every
+    The same names as the NAME tokens of `tokenize` (tests/build/test_search.py holds it to that on every
     starter) in a tenth of the time: comments, strings and numbers are blanked, then names found.
     """
     code = _PY_NOISE.sub(" ", code)

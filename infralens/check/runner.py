@@ -238,7 +238,7 @@ MAX_ANSWER_BYTES = 1 << 20
 
 def probed(result: RunResult, lab: Lab, root: Path, starter: Starter, running: Running | None, sandbox: Sandbox | None) -> RunResult:
     """A passed result with the parity probe's answers for the lab's calculators that mirror the
-    starter (see infralens/probe.py); printed presets are read from the result's own output.
+    starter (see infralens/child/probe.py); printed presets are read from the result's own output.
 
     The probe imports the starter in a process of its own, supervised and sandboxed like a run,
     and answers as plain JSON; when it cannot answer at all, every calculator gets the reason.

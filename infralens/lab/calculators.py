@@ -1,7 +1,7 @@
 """Calculators: what the parity probe is asked, whether its answers agree, and what a page shows.
 
 Pure. Input: a lab's `Calculator` models and, when `check` has recorded them, the probe's answers
-(infralens/probe.py, stored with the starter's run). Output: the probe's request, the problems of a
+(infralens/child/probe.py, stored with the starter's run). Output: the probe's request, the problems of a
 calculator that disagrees with its starter (each at its manifest line), and the values a page
 shows: a table of the defaults and presets with their results, the arithmetic of each result
 with its inputs in place, and the data of the page's "Try it" script. Numbers are shown by

@@ -307,7 +307,7 @@ def _js(node: ast.AST, scope: str) -> str:
 
 
 def parse_call(text: str, names: frozenset[str] | set[str]) -> dict:
-    """Check a `mirrors` call and return it as a request of the parity probe (infralens/probe.py).
+    """Check a `mirrors` call and return it as a request of the parity probe (infralens/child/probe.py).
 
     A call of a starter's function or class (a dotted name), whose arguments are the given names
     (sent as `{"input": name}`; `name.name` sends a choice's name, `{"input": name, "name": true}`),

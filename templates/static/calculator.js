@@ -1,8 +1,8 @@
-/* InfraLens calculators' arithmetic: the helpers expressions compiled by infralens/expr.py call
+/* InfraLens calculators' arithmetic: the helpers expressions compiled by infralens/model/expr.py call
    (`X.add(a, b)`, `X.floordiv(a, b)`, ...). They follow Python's rules where the page must agree
    with the build (// floors, % takes the divisor's sign, whole powers are exact) and refuse what
    the build refuses: division by zero, a result that is not a finite number, a power too large.
-   tests/test_expr.py runs them in Chromium against Python. */
+   tests/model/test_expr.py runs them in Chromium against Python. */
 const X = (() => {
   const fail = (message) => { throw new Error(message); };
   const num = (v) => {
@@ -36,7 +36,7 @@ const X = (() => {
 /* The "Try it" blocks (templates/_calc.html): infralens.js loads this file and the lab's
    calculators.js (window.InfraLensCalculators: each calculator's fields, presets and compiled
    outputs) on first use, then calls InfraLensCalc.open. Numbers are shown exactly as
-   infralens/calculators.py shows them in the table beside the form (tests/test_browser_calculators.py). */
+   infralens/lab/shown.py shows them in the table beside the form (tests/reader/test_browser_calculators.py). */
 const InfraLensCalc = (() => {
   const UNSHOWN = 1e21, TINY = 1e-6;
   const SI = ["", "k", "M", "G", "T", "P", "E"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
@@ -116,7 +116,7 @@ const InfraLensCalc = (() => {
 
   /* The form of an opened block: presets by group, one field per input (a log-scale slider under
      the chart's x), each output with its arithmetic in a live region, the status, the share link.
-     window.InfraLens (infralens.js) is read here, not when the file loads: tests/test_expr.py runs
+     window.InfraLens (infralens.js) is read here, not when the file loads: tests/model/test_expr.py runs
      this file's arithmetic on a page of its own. */
   function build(section, calc) {
     const { el } = InfraLens, id = section.dataset.calc, form = el("form", { className: "calc-form", noValidate: true });
@@ -219,7 +219,7 @@ const InfraLensCalc = (() => {
       follow();
     };
     /* The roofline: the marker at (x, attainable) and the dashed roof of the current hardware,
-       placed as infralens/calculators.py places them (log10 over the decades shown, clamped). */
+       placed as infralens/lab/roofline.py places them (log10 over the decades shown, clamped). */
     const svg = section.querySelector(".calc-chart svg"), slider = section.querySelector("[data-slider]");
     const draw = (result) => {
       if (!svg) return;

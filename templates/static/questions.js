@@ -1,5 +1,5 @@
 /* InfraLens questions: grade a reader's answer against the checked run's figure, on a lab's
-   practice page (which loads this file; without it, each answer is a details reveal). A number is read as infralens/questions.py `reading` reads what the
+   practice page (which loads this file; without it, each answer is a details reveal). A number is read as infralens/lab/questions.py `reading` reads what the
    run printed (a browser test holds the two to one table). Each result is kept in this browser's
    progress (InfraLens.progress, infralens.js); nothing leaves the browser. */
 (() => {

@@ -1,5 +1,5 @@
 /* Site search: a combobox over search-index.js, loaded on first use; no server, works from file://.
-   Queries split as infralens/search.py splits text; every term must prefix-match a token.
+   Queries split as infralens/build/search.py splits text; every term must prefix-match a token.
    It may arrive after the reader focused the box and typed (infralens.js loads it on first use).
    Uses window.InfraLens (infralens.js). */
 (() => {

@@ -10,7 +10,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TESTS
+from conftest import REPO, declared_starters
 
 from infralens.build import build, load_project
 from infralens.build.links import check_links
@@ -28,9 +28,6 @@ from infralens.build.search import (
 )
 from infralens.project.workspace import Workspace
 from infralens.text.source import SourceFile
-
-REAL = load_project(REPO / "site.yml")
-SAMPLE = load_project(TESTS / "sites" / "sample" / "site.yml")
 
 ONLY_IN_A_STARTER = ("requests_that_fit", "code/lab-13-paged-kv-cache/paged_kv_cache.py")
 """An identifier of one lab's starter that no manifest and no other starter mentions."""
@@ -106,10 +103,10 @@ def test_snippet_is_cut_at_a_space_within_the_limit() -> None:
     assert snippet("  short   text ") == "short text"
 
 
-@pytest.mark.parametrize("path", sorted(p for p in REAL.sources if p.endswith(".py")))
+@pytest.mark.parametrize("path", sorted({p for p in declared_starters() if p.endswith(".py")}))
 @pytest.mark.unit
-def test_python_names_are_the_names_tokenize_finds(path: str) -> None:
-    text = REAL.sources[path].text
+def test_python_names_are_the_names_tokenize_finds(project, path: str) -> None:
+    text = project.sources[path].text
     defined, names = python_names(text)
     assert names == tokenize_names(text)
     assert set(defined) <= set(names)
@@ -123,8 +120,8 @@ def test_python_names_skip_comments_strings_and_numbers() -> None:
 
 
 @pytest.mark.unit
-def test_a_markdown_starter_gives_its_headings_and_the_names_in_its_code() -> None:
-    headings, defined, names = starter_names("code/lab-02-notes/notes.md", SAMPLE.sources["code/lab-02-notes/notes.md"].text)
+def test_a_markdown_starter_gives_its_headings_and_the_names_in_its_code(sample_project) -> None:
+    headings, defined, names = starter_names("code/lab-02-notes/notes.md", sample_project.sources["code/lab-02-notes/notes.md"].text)
     assert headings == ["Notes", "Chunking", "Later"]
     assert defined == []
     assert names == ["rows", "sum", "range", "n", "n", "range", "print", "rows", "print", "sum", "rows"]
@@ -133,8 +130,8 @@ def test_a_markdown_starter_gives_its_headings_and_the_names_in_its_code() -> No
 
 
 @pytest.mark.unit
-def test_the_sample_site_has_a_document_per_lab_section_key_block_and_starter() -> None:
-    docs = documents(SAMPLE.site, resolve(SAMPLE), SAMPLE.sources)
+def test_the_sample_site_has_a_document_per_lab_section_key_block_and_starter(sample_project) -> None:
+    docs = documents(sample_project.site, resolve(sample_project), sample_project.sources)
     notes = [(d.title, d.crumb, d.url) for d in docs if "lab-02-notes" in d.url]
     assert notes == [
         ("Sample notes", "Lab 02 · Reading", "labs/lab-02-notes/index.html"),
@@ -154,8 +151,8 @@ def test_the_sample_site_has_a_document_per_lab_section_key_block_and_starter() 
 
 
 @pytest.mark.unit
-def test_titles_outrank_prose_and_identifiers_point_at_the_source_view() -> None:
-    index = parse(search_index(SAMPLE.site, resolve(SAMPLE), SAMPLE.sources))
+def test_titles_outrank_prose_and_identifiers_point_at_the_source_view(sample_project) -> None:
+    index = parse(search_index(sample_project.site, resolve(sample_project), sample_project.sources))
     weights = dict(index["terms"])
     urls = [doc[2] for doc in index["docs"]]
     by_url = {urls[doc]: weight for doc, weight in zip(weights["sample"][::2], weights["sample"][1::2])}
@@ -166,8 +163,8 @@ def test_titles_outrank_prose_and_identifiers_point_at_the_source_view() -> None
 
 
 @pytest.mark.unit
-def test_the_index_is_the_same_bytes_on_every_build() -> None:
-    first = search_index(REAL.site, resolve(REAL), REAL.sources)
+def test_the_index_is_the_same_bytes_on_every_build(project) -> None:
+    first = search_index(project.site, resolve(project), project.sources)
     again = load_project(REPO / "site.yml")
     assert search_index(again.site, resolve(again), again.sources) == first
     index = parse(first)
@@ -178,17 +175,17 @@ def test_the_index_is_the_same_bytes_on_every_build() -> None:
 
 
 @pytest.mark.cli
-def test_a_lab_is_found_by_an_identifier_that_only_its_starter_has(real_site: Path) -> None:
+def test_a_lab_is_found_by_an_identifier_that_only_its_starter_has(project, real_site: Path) -> None:
     identifier, starter = ONLY_IN_A_STARTER
-    manifests = [lab.path for lab in REAL.labs if identifier in (REPO / lab.path).read_text()]
-    holders = [path for path, source in REAL.sources.items() if identifier in source.text]
+    manifests = [lab.path for lab in project.labs if identifier in (REPO / lab.path).read_text()]
+    holders = [path for path, source in project.sources.items() if identifier in source.text]
     assert (manifests, holders) == ([], [starter]), "pick another identifier for this test"
     index = read_index(real_site)
     assert found(index, identifier) == [f"{starter}.html"]
 
 
 @pytest.mark.cli
-def test_every_result_links_to_a_page_and_anchor_of_the_built_site(real_site: Path) -> None:
+def test_every_result_links_to_a_page_and_anchor_of_the_built_site(project, real_site: Path) -> None:
     index = read_index(real_site)
     ids: dict[str, set[str]] = {}
     for title, crumb, url, text in index["docs"]:
@@ -197,7 +194,7 @@ def test_every_result_links_to_a_page_and_anchor_of_the_built_site(real_site: Pa
         if path not in ids:
             ids[path] = set(re.findall(r'\bid="([^"]+)"', (real_site / path).read_text()))
         assert not fragment or fragment in ids[path], url
-    assert {url.partition("#")[0] for _, _, url, _ in index["docs"]} >= {f"{path}.html" for path in REAL.sources}
+    assert {url.partition("#")[0] for _, _, url, _ in index["docs"]} >= {f"{path}.html" for path in project.sources}
 
 
 @pytest.mark.unit

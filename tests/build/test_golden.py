@@ -1,6 +1,6 @@
 """Golden HTML: the sample site's build compared file by file with tests/golden/sample/.
 
-Regenerate with `pytest tests/test_golden.py --update-golden` and review the change with git diff.
+Regenerate with `pytest tests/build/test_golden.py --update-golden` and review the change with git diff.
 """
 
 from __future__ import annotations

@@ -15,18 +15,13 @@ import pytest
 from conftest import REPO, axe_violations, run_infralens, served, tabs_on
 from playwright.sync_api import expect
 
-from infralens.build import load_project
-from infralens.build.memory import resolve
-
 pytestmark = pytest.mark.browser
 
 MEMORY = "lab-01-transformer-memory"
 STEPPED = "lab-04-online-softmax"
 """A lab whose excerpt has a function called several times (its calls differ) and a loop."""
-RESOLVED = {r.lab.id: r for r in resolve(load_project(REPO / "site.yml")) if r.lab.id in (MEMORY, STEPPED)}
 MEMORY_PAGE = f"labs/{MEMORY}/index.html"
 STEPPED_PAGE = f"labs/{STEPPED}/index.html"
-MEMORY_STARTER = RESOLVED[MEMORY].excerpt.starter
 
 
 def line_of(starter: str, start: str) -> int:
@@ -37,8 +32,20 @@ def line_of(starter: str, start: str) -> int:
     return found[0]
 
 
-KV_LINE = line_of(MEMORY_STARTER, "kv_bytes_per_token = 2 * layers")
-EXACT_LINE = line_of(MEMORY_STARTER, "def exact_parameter_count")
+@pytest.fixture(scope="module")
+def memory_starter(resolved) -> str:
+    """The starter of lab 01's excerpt."""
+    return resolved[MEMORY].excerpt.starter
+
+
+@pytest.fixture(scope="module")
+def kv_line(memory_starter: str) -> int:
+    return line_of(memory_starter, "kv_bytes_per_token = 2 * layers")
+
+
+@pytest.fixture(scope="module")
+def exact_line(memory_starter: str) -> int:
+    return line_of(memory_starter, "def exact_parameter_count")
 
 
 # --- The site, checked and built in a temporary folder, served on 127.0.0.1 ----------------------
@@ -154,10 +161,10 @@ def selected(page) -> list[str]:
     return page.eval_on_selector_all(".excerpt code > span.sel", "rows => rows.map(r => r.id)")
 
 
-def stepped_call(data: dict):
+def stepped_call(data: dict, resolved: dict):
     """The first key block of the stepped lab whose lines hold a function called several times,
     with two kept calls that show differently; returns (block, its def line, the call entry)."""
-    for block in RESOLVED[STEPPED].excerpt.key_blocks:
+    for block in resolved[STEPPED].excerpt.key_blocks:
         for n in range(block.first, block.last + 1):
             entry = data["calls"].get(str(n))
             if entry and len(entry["s"]) > 1:
@@ -180,43 +187,43 @@ def loop_line(data: dict) -> tuple[int, dict]:
 # --- The tests ---------------------------------------------------------------------------------
 
 
-def test_recorded_values_show_at_the_end_of_their_lines_on_the_lab_page_and_the_source_view(state_tab, state_site: Path) -> None:
+def test_recorded_values_show_at_the_end_of_their_lines_on_the_lab_page_and_the_source_view(state_tab, state_site: Path, memory_starter, kv_line, exact_line) -> None:
     data = recorded(state_site, MEMORY)
-    assert data["lines"][str(KV_LINE)]["s"][-1]["v"] == [["kv_bytes_per_token", "524,288"]]
-    assert data["calls"][str(EXACT_LINE)]["s"][-1]["r"] == "6,738,415,616"
+    assert data["lines"][str(kv_line)]["s"][-1]["v"] == [["kv_bytes_per_token", "524,288"]]
+    assert data["calls"][str(exact_line)]["s"][-1]["r"] == "6,738,415,616"
     tab = state_tab()
-    for path in (MEMORY_PAGE, f"{MEMORY_STARTER}.html"):
+    for path in (MEMORY_PAGE, f"{memory_starter}.html"):
         page = tab.goto(path)
-        assert hint(page, KV_LINE) == '"→ 524,288"'
-        assert hint(page, EXACT_LINE) == '"↩ 6,738,415,616"'
-        assert hint_width(page, KV_LINE) > 0 and hint_width(page, EXACT_LINE) > 0
+        assert hint(page, kv_line) == '"→ 524,288"'
+        assert hint(page, exact_line) == '"↩ 6,738,415,616"'
+        assert hint_width(page, kv_line) > 0 and hint_width(page, exact_line) > 0
         # Seen, never copied: the hint is CSS content of an empty element.
-        assert page.locator(f"#L{KV_LINE}").text_content().rstrip("\n").endswith("config.precision_bytes")
+        assert page.locator(f"#L{kv_line}").text_content().rstrip("\n").endswith("config.precision_bytes")
     assert tab.errors == []
 
 
-def test_clicking_a_line_number_opens_the_state_panel_with_what_the_line_bound(state_tab) -> None:
+def test_clicking_a_line_number_opens_the_state_panel_with_what_the_line_bound(state_tab, kv_line) -> None:
     tab = state_tab()
     page = tab.goto(MEMORY_PAGE)
     # An excerpt's numbers are CSS counters in the row's left padding: a click there selects the line
     # (the first click also loads the reader, and is replayed once it has).
-    page.locator(f"#L{KV_LINE}").click(position={"x": 8, "y": 5})
+    page.locator(f"#L{kv_line}").click(position={"x": 8, "y": 5})
     panel = page.locator(".state-panel")
     expect(panel).to_be_visible()
     assert panel.get_attribute("aria-label") == "Execution state"
     assert page.evaluate("window.InfraLensReader") is True
-    assert selected(page) == [f"L{KV_LINE}"] and page.evaluate("location.hash") == f"#L{KV_LINE}"
-    assert panel_lines(page) == [[f"Line {KV_LINE}", ["⬆ bound kv_bytes_per_token = 524,288"]]]
-    assert panel.locator(".st-title a").get_attribute("href") == f"#L{KV_LINE}"
+    assert selected(page) == [f"L{kv_line}"] and page.evaluate("location.hash") == f"#L{kv_line}"
+    assert panel_lines(page) == [[f"Line {kv_line}", ["⬆ bound kv_bytes_per_token = 524,288"]]]
+    assert panel.locator(".st-title a").get_attribute("href") == f"#L{kv_line}"
     assert "kv_bytes_per_token = 2 * layers" in panel.locator(".st-title code").text_content()
     assert panel.locator(".st-step").count() == 0  # one run: nothing to step through
     assert page.locator(".kb-panel").is_hidden()  # lines, not a note, are selected
     assert tab.errors == []
 
 
-def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_site: Path) -> None:
+def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_site: Path, exact_line) -> None:
     data = recorded(state_site, MEMORY)
-    config = data["calls"][str(EXACT_LINE)]["s"][-1]["i"]
+    config = data["calls"][str(exact_line)]["s"][-1]["i"]
     assert [name for name, _ in config] == ["config"]
     tab = state_tab()
     page = tab.goto(MEMORY_PAGE)
@@ -225,7 +232,7 @@ def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_
     expect(panel).to_be_visible()
     expect(page.locator(".kb-panel")).to_be_visible()
     # Of the note's lines, only the def line holds state: the call's input and its return.
-    assert panel_lines(page) == [[f"Line {EXACT_LINE}", [f"⬇ input config = {config[0][1]}", "↩ returned return = 6,738,415,616"]]]
+    assert panel_lines(page) == [[f"Line {exact_line}", [f"⬇ input config = {config[0][1]}", "↩ returned return = 6,738,415,616"]]]
     returned = panel.locator(".st-values li", has_text="↩")
     assert returned.count() == 1
     assert returned.locator(".st-value").text_content() == "6,738,415,616"
@@ -233,9 +240,9 @@ def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_
     assert tab.errors == []
 
 
-def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(state_tab, state_site: Path) -> None:
+def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(state_tab, state_site: Path, resolved) -> None:
     data = recorded(state_site, STEPPED)
-    block, definition, entry = stepped_call(data)
+    block, definition, entry = stepped_call(data, resolved)
     calls = [s["k"] for s in entry["s"]]
     tab = state_tab()
     page = tab.goto(STEPPED_PAGE)
@@ -278,9 +285,9 @@ def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(s
     assert tab.errors == []
 
 
-def test_a_keyboard_alone_selects_a_note_and_steps_through_its_calls(state_tab, state_site: Path) -> None:
+def test_a_keyboard_alone_selects_a_note_and_steps_through_its_calls(state_tab, state_site: Path, resolved) -> None:
     data = recorded(state_site, STEPPED)
-    block, _, entry = stepped_call(data)
+    block, _, entry = stepped_call(data, resolved)
     assert len(entry["s"]) >= 4  # three steps forward from the first, still one to spare
     label = [f"call {s['k']:,} of {of_count(entry)}" for s in entry["s"]]
     tab = state_tab()
@@ -320,9 +327,9 @@ def test_a_keyboard_alone_selects_a_note_and_steps_through_its_calls(state_tab, 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("lab", [MEMORY, STEPPED])
-def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state_site: Path, lab: str, scheme: str) -> None:
+def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state_site: Path, lab: str, scheme: str, resolved) -> None:
     data = recorded(state_site, lab)
-    block = stepped_call(data)[0] if lab == STEPPED else next(b for b in RESOLVED[lab].excerpt.key_blocks if b.slug == "exact_parameter_count")
+    block = stepped_call(data, resolved)[0] if lab == STEPPED else next(b for b in resolved[lab].excerpt.key_blocks if b.slug == "exact_parameter_count")
     tab = state_tab(scheme=scheme)
     page = tab.goto(f"labs/{lab}/index.html")
     page.click(f"#kb-{block.slug} .kb-link")
@@ -334,12 +341,12 @@ def test_axe_core_finds_no_violations_with_the_state_panel_open(state_tab, state
     assert tab.errors == []
 
 
-def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_values(state_tab, state_site: Path) -> None:
+def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_values(state_tab, state_site: Path, resolved, kv_line, exact_line) -> None:
     data = recorded(state_site, MEMORY)
     tab = state_tab(js=False)
     page = tab.goto(MEMORY_PAGE)
     with_state = 0
-    for block in RESOLVED[MEMORY].excerpt.key_blocks:
+    for block in resolved[MEMORY].excerpt.key_blocks:
         expected = block_table(data, block.first, block.last)
         table = page.locator(f"#kb-{block.slug} table.kb-state")
         if not expected:
@@ -350,14 +357,14 @@ def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_
         assert table.locator("caption").text_content() == "Last run"
         rows = table.locator("tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
         assert rows == [["Line", "Name", "Value"], *expected], block.slug
-    assert with_state == len(RESOLVED[MEMORY].excerpt.key_blocks)  # every note of lab 01 ran
+    assert with_state == len(resolved[MEMORY].excerpt.key_blocks)  # every note of lab 01 ran
     assert "524,288" in page.locator("#kb-kv_bytes_per_token table.kb-state").inner_text()
     assert "↩ return\t6,738,415,616" in page.locator("#kb-exact_parameter_count table.kb-state").inner_text()
     # Every line with state ends with its value, visible.
     for key in [*data["lines"], *data["calls"]]:
         assert hint(page, int(key)) not in ("none", "normal", '""'), key
         assert hint_width(page, int(key)) > 0, key
-    assert hint(page, KV_LINE) == '"→ 524,288"'
-    assert hint(page, EXACT_LINE) == '"↩ 6,738,415,616"'
+    assert hint(page, kv_line) == '"→ 524,288"'
+    assert hint(page, exact_line) == '"↩ 6,738,415,616"'
     assert page.locator(".state-panel").count() == 0
     assert tab.errors == [] and tab.external == []

@@ -1,6 +1,6 @@
 """Execution state: the summaries of values and the tracer that records what excerpt lines bind.
 
-The tracer runs as a script in the starter's own interpreter (`infralens/trace_state.py`), so its
+The tracer runs as a script in the starter's own interpreter (`infralens/child/trace_state.py`), so its
 tests run it that way too, on small starters written into tmp_path.
 """
 

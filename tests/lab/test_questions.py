@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TESTS, run_infralens
+from conftest import TESTS, run_infralens
+from readings import READINGS
 
 from infralens.errors import InputError, Mark
 from infralens.lab.questions import (
@@ -23,44 +24,6 @@ from infralens.model.run import RunResult
 
 SITE = TESTS / "sites" / "questions"
 MANIFEST = "labs/lab-01-q.yml"
-
-READINGS: tuple[tuple[str, str | None, float | None], ...] = (
-    ("2 GiB", "B", 2.0**31),
-    ("2GiB", "B", 2.0**31),
-    ("2.15e9", "B", 2.15e9),
-    ("2,147,483,648", "B", 2147483648.0),
-    ("2,147,483,648 B", "B", 2147483648.0),
-    ("2 GB", "B", 2e9),
-    ("1,024 bytes", "B", 1024.0),
-    ("128.0 KiB", "B", 131072.0),
-    ("  4.00 MiB ", "B", 4194304.0),
-    ("37.5%", "%", 37.5),
-    ("37.5", "%", 37.5),
-    ("3.2x", "x", 3.2),
-    ("3.2×", "x", 3.2),
-    ("12 ms", "s", 0.012),
-    ("12 µs", "s", 12e-6),
-    ("0.083 FLOP/B", "FLOP/B", 0.083),
-    ("83 mFLOP/B", "FLOP/B", 0.083),
-    ("312 TFLOP/s", "FLOP/s", 312e12),
-    ("2.1G", None, 2.1e9),
-    ("-3", None, -3.0),
-    ("+.5", None, 0.5),
-    ("5.", None, 5.0),
-    ("1_000", None, 1000.0),
-    ("2\u202f147\u202f483\u202f648", "B", 2147483648.0),
-    ("1,23", None, None),
-    ("2 gb", "B", None),
-    ("2 GiB", "FLOP", None),
-    ("abc", None, None),
-    ("", None, None),
-    (".", None, None),
-    ("1e400", None, None),
-    ("1/12", None, None),
-    ("2 GiB extra", "B", None),
-)
-"""What a reader may type, in a question's unit, and the number it reads as (None: not a number).
-The browser test holds questions.js to this same table."""
 
 
 @pytest.mark.unit
@@ -200,10 +163,7 @@ def test_a_recorded_value_must_be_bound_by_its_block_and_recorded() -> None:
 
 
 @pytest.mark.unit
-def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number() -> None:
-    from infralens.build import load_project
-
-    project = load_project(REPO / "site.yml")
+def test_every_lab_of_the_site_asks_three_questions_or_more_with_a_choice_and_a_number(project) -> None:
     for one in project.labs:
         kinds = {"choice" if q.choices else "number" for q in one.questions}
         assert len(one.questions) >= 3 and kinds == {"choice", "number"}, one.id

@@ -14,6 +14,7 @@ import pytest
 from conftest import (
     REPO,
     axe_violations,
+    calculator_labs,
     checked_and_served,
     run_infralens,
     served,
@@ -23,7 +24,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import expect
 
-from infralens.build import load_project
 from infralens.lab.calculators import check_calculator, listed_cases, outputs_at, unmet
 from infralens.lab.shown import show
 from infralens.model.expr import ExprError
@@ -171,7 +171,7 @@ def test_at_375_px_the_table_scrolls_inside_its_box(tabs) -> None:
 # --- Every lab's calculators: the page's compiled JavaScript against Python ---------------------
 
 
-LABS = [lab for lab in load_project(REPO / "site.yml").labs if lab.calculators]
+LABS = calculator_labs()
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +180,9 @@ def real_tabs(chromium, site_url: str):
         yield open_one
 
 
-def test_the_site_has_calculators() -> None:
+def test_the_site_has_calculators(project) -> None:
     assert LABS, "no lab declares a calculator"
+    assert LABS == [lab.id for lab in project.labs if lab.calculators], "labs/*.yml read as YAML and parsed disagree"
 
 
 def js_outputs(page, calc_id: str, values: dict) -> dict:
@@ -192,8 +193,9 @@ def js_outputs(page, calc_id: str, values: dict) -> dict:
     )
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_compiled_outputs_equal_python_at_every_case_and_at_edges(real_tabs, lab) -> None:
+    assert lab.calculators
     tab = real_tabs()
     page = started(tab, f"labs/{lab.id}/index.html")
     for calc in lab.calculators:

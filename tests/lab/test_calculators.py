@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TESTS, run_infralens
+from conftest import REPO, TESTS, calculator_labs, run_infralens
 
 from infralens.errors import InputError
 from infralens.lab.calculators import calculators_script, check_calculator, check_lab_calculators, listed_cases, probe_request, starter_probe, unmet
@@ -347,16 +347,11 @@ def test_editing_only_the_calculator_probes_again_without_running_the_starter(ca
 # --- Every lab's calculators against its own starter ------------------------------------------
 
 
-def _labs_with_calculators():
-    from infralens.build import load_project
-
-    return [lab for lab in load_project(REPO / "site.yml").labs if lab.calculators]
-
-
 @pytest.mark.starters
-@pytest.mark.parametrize("lab", _labs_with_calculators(), ids=lambda lab: lab.id)
+@pytest.mark.parametrize("lab", calculator_labs(), indirect=True)
 def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(lab) -> None:
     """The parity `check` proves, asked of the starter directly: each output at every case."""
+    assert lab.calculators
     from infralens.check.runner import probed, run_starter
     from infralens.model.calculator import PrintedPreset
     from infralens.model.lab import mirrored_starter

@@ -112,13 +112,11 @@ def test_labs_07_and_17_count_llama_2_7b_alike(labs) -> None:
 
 
 @pytest.mark.unit
-def test_every_lab_records_the_execution_state_of_its_excerpt() -> None:
+def test_every_lab_records_the_execution_state_of_its_excerpt(project) -> None:
     """Issue 14: every lab's excerpt shows what its lines held in the checked run. A lab that
     opts out (state: false) must be argued for here, not slip through."""
-    from infralens.build import load_project
     from infralens.check.runner import lab_excerpt
     from infralens.lab.state import traced_spans
 
-    project = load_project(REPO / "site.yml")
     untraced = [lab.id for lab in project.labs if not traced_spans(lab, lab_excerpt(lab, project.texts))]
     assert untraced == []

@@ -1,7 +1,7 @@
 """Questions and progress in real Chromium: a right, a close and a wrong answer get their verdicts,
 choices say why, the answer reveals with and without JS, progress survives a reload and marks the
 index and the navigation (and resets), the keyboard reaches everything, axe-core passes, and the
-page reads numbers exactly as the build does (the table of tests/test_questions.py).
+page reads numbers exactly as the build does (the table of tests/readings.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import axe_violations, checked_and_served, tabs_on
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import expect
-from test_questions import READINGS
+from readings import READINGS
 
 from infralens.lab.questions import reading
 

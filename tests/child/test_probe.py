@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-PROBE = REPO / "infralens" / "probe.py"
+from infralens.child import PROBE
+
 MEMORY = REPO / "code" / "lab-01-transformer-memory" / "memory_accounting.py"
 KV = REPO / "code" / "lab-07-kv-cache" / "kv_cache.py"
 

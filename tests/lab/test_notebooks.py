@@ -11,11 +11,8 @@ import nbformat
 import pytest
 from conftest import REPO, TESTS
 
-from infralens.build import load_project
 from infralens.build.memory import resolve
 from infralens.lab.notebooks import notebook, notebook_path, pieces
-
-SAMPLE = {r.lab.id: r for r in resolve(load_project(TESTS / "sites" / "sample" / "site.yml"))}
 
 
 def book_of(resolved, root: Path):
@@ -26,8 +23,9 @@ def book_of(resolved, root: Path):
 
 
 @pytest.mark.unit
-def test_a_starter_becomes_a_valid_notebook_cut_at_its_statements_with_its_notes() -> None:
-    book, starter = book_of(SAMPLE["lab-01-sample"], TESTS / "sites" / "sample")
+def test_a_starter_becomes_a_valid_notebook_cut_at_its_statements_with_its_notes(sample_project) -> None:
+    sample = {r.lab.id: r for r in resolve(sample_project)}
+    book, starter = book_of(sample["lab-01-sample"], TESTS / "sites" / "sample")
     nbformat.validate(book)  # raises if not a valid nbformat 4 notebook
     kinds = [(cell.cell_type, cell.source.split("\n")[0]) for cell in book.cells]
     assert kinds == [
@@ -55,12 +53,12 @@ def test_comments_above_a_function_go_with_it_and_a_module_without_a_docstring_s
     assert pieces("def broken(:\n") is None
 
 
-def run_notebook(lab_id: str, tmp_path: Path) -> tuple[str, tuple[str, ...]]:
+def run_notebook(resolved, tmp_path: Path) -> tuple[str, tuple[str, ...]]:
     """Build the lab's notebook from the repository, run every cell in a fresh kernel; return what
     it printed and the `expect` patterns `check` demands of the starter's own run."""
     from nbclient import NotebookClient
 
-    resolved = {r.lab.id: r for r in resolve(load_project(REPO / "site.yml"))}[lab_id]
+    lab_id = resolved.lab.id
     book, starter = book_of(resolved, REPO)
     NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = "".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.get("outputs", []))
@@ -71,8 +69,8 @@ def run_notebook(lab_id: str, tmp_path: Path) -> tuple[str, tuple[str, ...]]:
 
 @pytest.mark.starters
 @pytest.mark.parametrize("lab_id", ["lab-01-transformer-memory", "lab-04-online-softmax", "lab-05-flash-attention-cpu"])
-def test_a_labs_notebook_runs_top_to_bottom_and_prints_what_check_expects(lab_id: str, tmp_path: Path) -> None:
-    printed, expect = run_notebook(lab_id, tmp_path)
+def test_a_labs_notebook_runs_top_to_bottom_and_prints_what_check_expects(lab_id: str, resolved, tmp_path: Path) -> None:
+    printed, expect = run_notebook(resolved[lab_id], tmp_path)
     assert expect, "a lab whose run expects nothing proves nothing here"
     missing = [pattern for pattern in expect if not re.search(pattern, printed, re.MULTILINE)]
     assert missing == []

@@ -10,21 +10,37 @@ printed by the lab's runs. Nothing is stored: a test writes nothing into the rep
 from __future__ import annotations
 
 import pytest
-from conftest import REPO
+from conftest import manifest_data
 
-from infralens.build import load_project
 from infralens.check.runner import run_labs, runs_of
 from infralens.model.run import run_name
+from infralens.model.starter import RUNNABLE_SUFFIXES
 
 pytestmark = pytest.mark.starters
 
-PROJECT = load_project(REPO / "site.yml")
-RUNS = [(starter.path, run.device) for _, starter, run in runs_of(PROJECT.labs)]
+
+def declared_runs() -> list[tuple[str, str]]:
+    """(starter, device) of every run the manifests declare, in lab order, read from their YAML so
+    the tests are known at collection: a .py or .md starter runs on cpu unless it says `run: false`,
+    a list of runs runs it once per device. The `results` fixture holds this to the parsed runs."""
+    runs = []
+    for manifest in manifest_data().values():
+        for starter in manifest.get("starters") or []:
+            run = starter.get("run")
+            if run is False or ("run" not in starter and not starter["path"].endswith(RUNNABLE_SUFFIXES)):
+                continue
+            runs += [(starter["path"], (spec or {}).get("device", "cpu")) for spec in (run if isinstance(run, list) else [run])]
+    return runs
+
+
+RUNS = declared_runs()
 
 
 @pytest.fixture(scope="session")
-def results() -> dict[tuple[str, str], object]:
-    runs = run_labs(PROJECT.labs, PROJECT.root, jobs=2, texts=PROJECT.texts, manifests=PROJECT.manifests)  # no store: every starter runs, nothing is kept
+def results(project) -> dict[tuple[str, str], object]:
+    parsed = [(starter.path, run.device) for _, starter, run in runs_of(project.labs)]
+    assert parsed == RUNS, "the runs read from labs/*.yml to name these tests are not the runs the manifests parse to"
+    runs = run_labs(project.labs, project.root, jobs=2, texts=project.texts, manifests=project.manifests)  # no store: every starter runs, nothing is kept
     return {(result.starter, result.device): result for result in runs}
 
 

@@ -5,89 +5,95 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, axe_violations
+from conftest import REPO, axe_violations, lab_ids
 
-from infralens.build import load_project
-from infralens.build.memory import resolve
 from infralens.model.lab import SECTIONS
 
 pytestmark = pytest.mark.browser
 
-PROJECT = load_project(REPO / "site.yml")
-RESOLVED = {r.lab.id: r for r in resolve(PROJECT)}
-LAB = RESOLVED["lab-13-paged-kv-cache"]
-LAB_PAGE = f"labs/{LAB.lab.id}/index.html"
+LAB_ID = "lab-13-paged-kv-cache"
+LAB_PAGE = f"labs/{LAB_ID}/index.html"
+STARTER = "code/lab-13-paged-kv-cache/paged_kv_cache.py"
+"""The starter of the lab's excerpt (the `paged` fixture holds it to that)."""
 
 
-def shown_lines(block) -> list[str]:
+@pytest.fixture(scope="module")
+def paged(resolved):
+    """Lab 13 resolved: the lab whose page these tests read."""
+    lab = resolved[LAB_ID]
+    assert lab.excerpt.starter == STARTER
+    return lab
+
+
+def shown_lines(paged, block) -> list[str]:
     """Ids of the excerpt rows a key block covers."""
-    return [f"L{line.number}" for line in LAB.excerpt.lines if block.first <= line.number <= block.last]
+    return [f"L{line.number}" for line in paged.excerpt.lines if block.first <= line.number <= block.last]
 
 
 def selected(page) -> list[str]:
     return page.eval_on_selector_all(".excerpt code > span.sel, .page-source code > span.sel", "rows => rows.map(r => r.id)")
 
 
-def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(open_tab) -> None:
+def test_selecting_a_key_block_highlights_exactly_its_lines_and_shows_its_note(open_tab, paged) -> None:
     tab = open_tab(width=1100)  # stacked: the note panel docks under the code (side by side, the note is beside it)
     page = tab.goto(LAB_PAGE)
-    block = LAB.excerpt.key_blocks[1]
-    assert len(shown_lines(block)) > 1
+    block = paged.excerpt.key_blocks[1]
+    assert len(shown_lines(paged, block)) > 1
     page.click(f"#kb-{block.slug} .kb-link")  # the reader loads on this first click, then handles it
     page.wait_for_function("window.InfraLensReader === true")
-    assert selected(page) == shown_lines(block)
+    assert selected(page) == shown_lines(paged, block)
     assert page.evaluate("location.hash") == f"#kb-{block.slug}"
     panel = page.locator(".kb-panel")
     assert panel.is_visible()
     assert block.name in panel.inner_text()
     assert page.locator(f"#kb-{block.slug} .kb-note").inner_text().split()[:6] == page.locator(".kb-panel-note").inner_text().split()[:6]
     # The first selected line is scrolled into view.
-    assert page.evaluate(f"(() => {{ const r = document.getElementById('{shown_lines(block)[0]}').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }})()")
+    assert page.evaluate(f"(() => {{ const r = document.getElementById('{shown_lines(paged, block)[0]}').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }})()")
 
     # Keyboard: focus another block's link and press Enter.
-    other = LAB.excerpt.key_blocks[2]
+    other = paged.excerpt.key_blocks[2]
     page.focus(f"#kb-{other.slug} .kb-link")
     page.keyboard.press("Enter")
-    assert selected(page) == shown_lines(other)
+    assert selected(page) == shown_lines(paged, other)
     page.click(".kb-panel-prev")
-    assert selected(page) == shown_lines(block)
+    assert selected(page) == shown_lines(paged, block)
     assert tab.errors == []
 
 
-def test_clicking_a_highlighted_line_shows_its_note(open_tab) -> None:
+def test_clicking_a_highlighted_line_shows_its_note(open_tab, paged) -> None:
     tab = open_tab(width=1100)
     page = tab.goto(LAB_PAGE)
     tab.reader()
-    block = LAB.excerpt.key_blocks[3]
-    line = shown_lines(block)[-1]
+    block = paged.excerpt.key_blocks[3]
+    line = shown_lines(paged, block)[-1]
     assert page.locator(".kb-panel").is_hidden()
     page.locator(f"#{line}").click(position={"x": 300, "y": 5})
     assert page.locator(".kb-panel").is_visible()
     assert block.name in page.locator(".kb-panel-head").inner_text()
     assert page.locator(f"#kb-{block.slug}").get_attribute("class") == "key-block active"
-    assert selected(page) == shown_lines(block)
+    assert selected(page) == shown_lines(paged, block)
     page.click(".kb-panel-close")
     assert selected(page) == [] and page.locator(".kb-panel").is_hidden()
     assert tab.errors == []
 
 
-def test_a_key_block_deep_link_restores_the_selection_on_load(open_tab) -> None:
+def test_a_key_block_deep_link_restores_the_selection_on_load(open_tab, paged) -> None:
     tab = open_tab()
-    block = LAB.excerpt.key_blocks[4]
+    block = paged.excerpt.key_blocks[4]
     page = tab.goto(f"{LAB_PAGE}#kb-{block.slug}")
     tab.reader()
     page.wait_for_function("document.querySelector('pre.code > code > span.sel') !== null")
-    assert selected(page) == shown_lines(block)
+    assert selected(page) == shown_lines(paged, block)
     assert block.name in page.locator(".kb-panel").inner_text()
     page.wait_for_timeout(200)  # the reveal runs after the browser's own jump to the fragment
-    first = shown_lines(block)[0]
+    first = shown_lines(paged, block)[0]
     assert page.evaluate(f"(() => {{ const r = document.getElementById('{first}').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }})()")
     assert tab.errors == []
 
 
-def test_line_ranges_link_and_restore_on_the_source_view(open_tab) -> None:
+def test_line_ranges_link_and_restore_on_the_source_view(open_tab, paged) -> None:
     tab = open_tab()
-    source = f"{LAB.excerpt.starter}.html"
+    source = f"{paged.excerpt.starter}.html"
     page = tab.goto(f"{source}#L20-L24")
     tab.reader()
     assert selected(page) == [f"L{n}" for n in range(20, 25)]
@@ -98,7 +104,7 @@ def test_line_ranges_link_and_restore_on_the_source_view(open_tab) -> None:
     page.reload()
     assert selected(page) == [f"L{n}" for n in range(30, 34)]
     # "Lines with notes" selects the block's whole range.
-    block = LAB.excerpt.key_blocks[1]
+    block = paged.excerpt.key_blocks[1]
     page.click(f'.bound-notes a[data-lines="{block.first}-{block.last}"]')
     assert selected(page) == [f"L{n}" for n in range(block.first, block.last + 1)]
     assert tab.errors == []
@@ -131,7 +137,7 @@ def test_the_theme_follows_the_os_and_a_choice_persists_across_reload(open_tab) 
     assert os_dark.locator(".theme-toggle").get_attribute("aria-pressed") == "true"
 
 
-def test_navigation_folds_and_works_at_375_px(open_tab) -> None:
+def test_navigation_folds_and_works_at_375_px(open_tab, paged, project) -> None:
     tab = open_tab(width=375, height=740)
     page = tab.goto(LAB_PAGE)
     assert page.evaluate("document.documentElement.scrollWidth") <= 375  # nothing overflows sideways
@@ -140,50 +146,50 @@ def test_navigation_folds_and_works_at_375_px(open_tab) -> None:
     page.click(".sidenav summary")
     assert nav_list.is_visible()
     # The navigation holds the lab's own track; every other lab is one click away on the index.
-    target = next(lab for lab in PROJECT.labs if lab.track == LAB.lab.track and lab.id != LAB.lab.id)
+    target = next(lab for lab in project.labs if lab.track == paged.lab.track and lab.id != paged.lab.id)
     page.click(f'.sidenav a[href$="/{target.id}/index.html"]')
     page.wait_for_url(f"**/labs/{target.id}/index.html")
     assert page.locator(f'.sidenav a[href$="/{target.id}/index.html"]').get_attribute("aria-current") == "page"
     page.click(".sidenav summary")
     page.click(".sidenav-home a")
     page.wait_for_url("**/index.html")
-    page.click(f'a.lab-card-link[href$="/{PROJECT.labs[0].id}/index.html"]')
+    page.click(f'a.lab-card-link[href$="/{project.labs[0].id}/index.html"]')
     page.click(".pager-next")
-    assert page.locator("h1").inner_text() == PROJECT.labs[1].title
+    assert page.locator("h1").inner_text() == project.labs[1].title
     assert tab.errors == []
 
 
-def test_the_copy_button_copies_the_code_without_line_numbers(open_tab) -> None:
+def test_the_copy_button_copies_the_code_without_line_numbers(open_tab, paged) -> None:
     tab = open_tab(permissions=["clipboard-read", "clipboard-write"])
     page = tab.goto(LAB_PAGE)
     page.click(".excerpt .copy")
     copied = page.evaluate("navigator.clipboard.readText()")
-    expected = "".join(line.text + "\n" for line in LAB.excerpt.lines)
+    expected = "".join(line.text + "\n" for line in paged.excerpt.lines)
     assert copied == expected
     assert page.locator(".excerpt .copy").inner_text() == "Copied"
 
-    page = tab.goto(f"{LAB.excerpt.starter}.html")
+    page = tab.goto(f"{paged.excerpt.starter}.html")
     page.click("pre.code + .copy")
-    assert page.evaluate("navigator.clipboard.readText()") == (REPO / LAB.excerpt.starter).read_text()
+    assert page.evaluate("navigator.clipboard.readText()") == (REPO / paged.excerpt.starter).read_text()
     assert tab.errors == []
 
 
-@pytest.mark.parametrize("lab_id", sorted(RESOLVED))
-def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) -> None:
-    resolved = RESOLVED[lab_id]
+@pytest.mark.parametrize("lab_id", lab_ids())
+def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str, resolved) -> None:
+    lab = resolved[lab_id]
     tab = open_tab(js=False)
     page = tab.goto(f"labs/{lab_id}/index.html")
     for sid, _, _ in SECTIONS:
         assert page.locator(f"#{sid.replace('_', '-')}").is_visible()
-    for block in resolved.excerpt.key_blocks:
+    for block in lab.excerpt.key_blocks:
         note = page.locator(f"#kb-{block.slug}")
         assert note.is_visible()
         lines = note.locator(".kb-lines").inner_text()
         assert str(block.first) in lines and str(block.last) in lines
     # The full file: linked under the excerpt, or in each step's header of a walkthrough.
-    links = page.locator(".step-head a" if resolved.excerpt.walkthrough else ".excerpt figcaption a")
+    links = page.locator(".step-head a" if lab.excerpt.walkthrough else ".excerpt figcaption a")
     assert [links.nth(i).get_attribute("href").split("code/", 1)[1] for i in range(links.count())] == [
-        f"{part.starter.split('code/', 1)[1]}.html#L{part.first}" for part in resolved.excerpt.parts
+        f"{part.starter.split('code/', 1)[1]}.html#L{part.first}" for part in lab.excerpt.parts
     ]
     # Controls that need JS stay out of the way.
     assert page.locator(".theme-toggle").is_hidden()
@@ -192,9 +198,9 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str) 
     bound = page.eval_on_selector_all(".excerpt code > span.bound", "rows => rows.map(r => r.id)")
     expected = [  # in page order: each step's lines, in a walkthrough's order
         f"{part.prefix}L{line.number}"
-        for at, part in enumerate(resolved.excerpt.parts)
+        for at, part in enumerate(lab.excerpt.parts)
         for line in part.lines
-        if any(b.part == at and b.first <= line.number <= b.last for b in resolved.excerpt.key_blocks)
+        if any(b.part == at and b.first <= line.number <= b.last for b in lab.excerpt.key_blocks)
     ]
     assert bound == expected
     assert tab.external == []
@@ -216,19 +222,19 @@ def test_no_page_logs_a_console_error_or_fetches_off_site(open_tab, real_site: P
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("path", ["index.html", LAB_PAGE, f"{LAB.excerpt.starter}.html", "labs/lab-10-memory-optimization-reading/index.html"])
-def test_axe_core_finds_no_violations(open_tab, path: str, scheme: str) -> None:
+@pytest.mark.parametrize("path", ["index.html", LAB_PAGE, f"{STARTER}.html", "labs/lab-10-memory-optimization-reading/index.html"])
+def test_axe_core_finds_no_violations(open_tab, path: str, scheme: str, paged) -> None:
     tab = open_tab(scheme=scheme)
     page = tab.goto(path)
     if path == LAB_PAGE:  # with the note panel open and a selection, as a reader sees it
-        page.click(f"#kb-{LAB.excerpt.key_blocks[0].slug} .kb-link")
+        page.click(f"#kb-{paged.excerpt.key_blocks[0].slug} .kb-link")
     assert axe_violations(page) == []
     assert tab.errors == []
 
 
-def test_screenshots_of_the_index_and_a_lab_page(open_tab, screenshot_dir: Path) -> None:
+def test_screenshots_of_the_index_and_a_lab_page(open_tab, screenshot_dir: Path, paged) -> None:
     for width in (1280, 375):
-        for name, path in (("index", "index.html"), ("lab", f"{LAB_PAGE}#kb-{LAB.excerpt.key_blocks[1].slug}")):
+        for name, path in (("index", "index.html"), ("lab", f"{LAB_PAGE}#kb-{paged.excerpt.key_blocks[1].slug}")):
             tab = open_tab(width=width, height=900)
             page = tab.goto(path)
             page.wait_for_timeout(200)

@@ -7,13 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, lab_ids
 
-from infralens.build import load_project
 from infralens.model.lab import SECTIONS, sections_of
-
-PROJECT = load_project(REPO / "site.yml")
-LABS = PROJECT.labs
 
 
 def visible_text(fragment: str) -> str:
@@ -27,25 +23,26 @@ def code_lines(page: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.unit
-def test_the_site_has_labs_01_and_10() -> None:
-    assert {lab.id for lab in LABS} >= {"lab-01-transformer-memory", "lab-10-memory-optimization-reading"}
+def test_the_site_has_labs_01_and_10(project) -> None:
+    assert {lab.id for lab in project.labs} >= {"lab-01-transformer-memory", "lab-10-memory-optimization-reading"}
 
 
 @pytest.mark.cli
-def test_index_lists_every_lab_under_its_track(real_site: Path) -> None:
+def test_index_lists_every_lab_under_its_track(project, real_site: Path) -> None:
+    labs = project.labs
     index = (real_site / "index.html").read_text()
-    for lab in LABS:
+    for lab in labs:
         assert f'href="labs/{lab.id}/index.html"' in index
-    track_order = [t.title for t in PROJECT.site.tracks if any(lab.track == t.id for lab in LABS)]
+    track_order = [t.title for t in project.site.tracks if any(lab.track == t.id for lab in labs)]
     headings = [html.unescape(h) for h in re.findall(r'<h2 id="track-[^"]+">([^<]+)</h2>', index)]
     assert headings == track_order
     summaries = re.findall(r'<p class="track-summary">(.*?)</p>', index, re.S)
     assert [visible_text(s) for s in summaries] == [
-        " ".join(t.summary.split()) for t in PROJECT.site.tracks if t.summary and any(lab.track == t.id for lab in LABS)
+        " ".join(t.summary.split()) for t in project.site.tracks if t.summary and any(lab.track == t.id for lab in labs)
     ]
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
@@ -58,7 +55,7 @@ def test_lab_page_has_every_section_in_order(lab, real_site: Path) -> None:
     assert [html.unescape(t) for _, t in eyebrows] == [lab.section_title(sid) for sid, _, _ in SECTIONS]
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
@@ -70,7 +67,7 @@ def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site:
         assert "region" not in text.split("#")[-1] or "endregion" not in text  # markers are hidden
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) -> None:
     page = (real_site / "labs" / lab.id / "index.html").read_text()
@@ -84,7 +81,7 @@ def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) ->
                 assert "bound" in shown[number].split(), f"line {number} should be marked for {slug}"
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_source_view_shows_the_whole_file_with_anchors(lab, real_site: Path) -> None:
     for starter in lab.starters:
@@ -141,7 +138,7 @@ def test_excerpt_numbers_stay_true_across_hidden_marker_lines(sample_site: Path)
     assert all(number == shown for number, shown in pairs), pairs
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+@pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_excerpt_numbers_shown_are_the_row_numbers(lab, real_site: Path) -> None:
     pairs = shown_numbers((real_site / "labs" / lab.id / "index.html").read_text())
@@ -149,13 +146,13 @@ def test_excerpt_numbers_shown_are_the_row_numbers(lab, real_site: Path) -> None
 
 
 @pytest.mark.cli
-def test_index_maps_each_topic_to_its_lab_in_track_order(real_site: Path) -> None:
+def test_index_maps_each_topic_to_its_lab_in_track_order(project, real_site: Path) -> None:
     index = (real_site / "index.html").read_text()
     table = re.search(r'<section class="handbook-map" id="map">.*?</section>', index, re.S).group(0)
     assert "Topic → Lab → what the lab makes concrete" in table
     rows = re.findall(r'<tr><th scope="row">(.*?)</th><td><a href="labs/([^/]+)/index.html">Lab (\d\d): .*?</a></td><td>(.*?)</td></tr>', table)
-    order = [t.id for t in PROJECT.site.tracks]
-    expected = sorted(LABS, key=lambda lab: (order.index(lab.track), LABS.index(lab)))
+    order = [t.id for t in project.site.tracks]
+    expected = sorted(project.labs, key=lambda lab: (order.index(lab.track), project.labs.index(lab)))
     assert [lab_id for _, lab_id, _, _ in rows] == [lab.id for lab in expected]
     for (topic, lab_id, number, concrete), lab in zip(rows, expected):
         assert visible_text(topic) == lab.topic and int(number) == lab.number

@@ -8,9 +8,6 @@ from pathlib import Path
 import pytest
 from conftest import AXE, REPO, Tab
 
-from infralens.build import load_project
-
-PROJECT = load_project(REPO / "site.yml")
 IDENTIFIER = "requests_that_fit"
 STARTER = "code/lab-13-paged-kv-cache/paged_kv_cache.py"
 LAB = "lab-13-paged-kv-cache"
@@ -31,11 +28,11 @@ def focus_and_load(page) -> None:
 
 
 @pytest.mark.unit
-def test_the_identifier_is_in_one_starter_and_no_manifest() -> None:
-    manifests = [lab.path for lab in PROJECT.labs if IDENTIFIER in (REPO / lab.path).read_text()]
-    starters = [path for path, source in PROJECT.sources.items() if IDENTIFIER in source.text]
+def test_the_identifier_is_in_one_starter_and_no_manifest(project) -> None:
+    manifests = [lab.path for lab in project.labs if IDENTIFIER in (REPO / lab.path).read_text()]
+    starters = [path for path, source in project.sources.items() if IDENTIFIER in source.text]
     assert (manifests, starters) == ([], [STARTER])
-    assert any(starter.path == STARTER for lab in PROJECT.labs if lab.id == LAB for starter in lab.starters)
+    assert any(starter.path == STARTER for lab in project.labs if lab.id == LAB for starter in lab.starters)
 
 
 @pytest.mark.browser
