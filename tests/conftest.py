@@ -28,7 +28,7 @@ from infralens.model.resolved import ResolvedLab
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 
-KINDS = ("unit", "cli", "browser", "starters")
+KINDS = ("unit", "cli", "browser", "starters", "hostile")
 """The markers of pyproject.toml; every test carries exactly one, so `-m` can split the suite."""
 
 CACHE_ENV = "INFRALENS_CACHE_DIR"

@@ -1,4 +1,4 @@
-"""Careless and hostile input found by scripts/attack.py: each case a clean error or a bounded cost."""
+"""Careless and hostile input found by the hostile suite (tests/hostile/): each case a clean error or a bounded cost."""
 
 from __future__ import annotations
 
