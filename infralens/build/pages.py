@@ -116,6 +116,22 @@ def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
     return Outcome(lab.id, files, [])
 
 
+class SharedFiles:
+    """The files no single lab owns, as this build stages them: each under the key of what it is
+    made from, made again only when that key changed or its file is gone (or in a full build)."""
+
+    def __init__(self, state: BuildState, present: dict, full: bool) -> None:
+        self.state, self.present, self.full = state, present, full
+        self.keys: dict[str, str] = {}
+        """Output path → key of every such file the site has."""
+
+    def stage(self, path: str, key: str, make) -> None:
+        self.keys[path] = key
+        recorded = self.state.shared.get(path)
+        if self.full or recorded is None or recorded[0] != key or path not in self.present:
+            make(path)
+
+
 def write_shared(
     ws: Workspace,
     site: Site,
@@ -130,28 +146,32 @@ def write_shared(
 
     Returns output path → key of every such file the site has.
     """
-    present = ws.present({path: stamp for path, (_, stamp) in state.shared.items()})
-    keys: dict[str, str] = {}
-
-    def stage(path: str, key: str, make) -> None:
-        keys[path] = key
-        recorded = state.shared.get(path)
-        if full or recorded is None or recorded[0] != key or path not in present:
-            make(path)
-
+    shared = SharedFiles(state, ws.present({path: stamp for path, (_, stamp) in state.shared.items()}), full)
     in_order = sorted(units.values(), key=lambda u: u.card.number)
-    ordered = [unit.card for unit in in_order]
-    runs = {path: result for unit in units.values() for path, result in first_runs(unit.card.starters, dict(unit.runs)).items()}
-    # The index shows each lab's card (a function of its manifest) and each run's status and date.
+    stage_index(shared, ws, site, theme, in_order, staging)
+    shared.stage(SITE_MARKER, digest(MARKER_TEXT), lambda path: staging.write(path, MARKER_TEXT))
+    stage_search_index(shared, ws, site, theme, in_order, staging)
+    stage_assets(shared, theme, staging)
+    stage_lab_files(shared, ws, units, staging, session)
+    return shared.keys
+
+
+def stage_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in_order: list[Unit], staging) -> None:
+    """The index: each lab's card (a function of its manifest) and each run's status and date."""
+    runs = {path: result for unit in in_order for path, result in first_runs(unit.card.starters, dict(unit.runs)).items()}
     shown_runs = sorted((path, result.status, result.finished) for path, result in runs.items())
     index_key = digest(theme.key, repr(site), *(unit.manifest.key for unit in in_order), repr(shown_runs))
 
     def index_file(path: str) -> None:
         use_context(RenderContext(ws, site, theme))
-        staging.write(path, _WORKER["renderer"].render_index(site, ordered, runs))
+        staging.write(path, _WORKER["renderer"].render_index(site, [unit.card for unit in in_order], runs))
 
-    stage("index.html", index_key, index_file)
-    stage(SITE_MARKER, digest(MARKER_TEXT), lambda path: staging.write(path, MARKER_TEXT))
+    shared.stage("index.html", index_key, index_file)
+
+
+def stage_search_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in_order: list[Unit], staging) -> None:
+    """The search index: chunks of CHUNK_LABS labs' documents (from the cache), and the script that lists them."""
+
     def chunk_file(path: str, number: int, members: list[Unit]) -> None:
         def partials():
             for unit in members:
@@ -169,8 +189,13 @@ def write_shared(
         members = in_order[start : start + CHUNK_LABS]
         path = chunk_path(number)
         chunks.append(path)
-        stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
-    stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
+        shared.stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
+    shared.stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
+
+
+def stage_assets(shared: SharedFiles, theme: Theme, staging) -> None:
+    """The theme's static files, stylesheets and scripts minified."""
+
     def asset(path: str, file: Path) -> None:
         # deferred: only a changed theme file is minified, and a no-change build loads no minifier
         from infralens.build.assets import MINIFIED, minified
@@ -181,19 +206,22 @@ def write_shared(
             staging.copy(file, path)
 
     for name, file in theme.assets:
-        stage(f"static/{name}", digest(name, file.read_bytes()), lambda path, f=file: asset(path, f))
+        shared.stage(f"static/{name}", digest(name, file.read_bytes()), lambda path, f=file: asset(path, f))
+
+
+def stage_lab_files(shared: SharedFiles, ws: Workspace, units: dict[str, Unit], staging, session: "Session") -> None:
+    """Each lab's raw starters, and the artifacts its recorded runs wrote (from the result store)."""
     store = ResultStore(ws.runs_folder())
     for unit in units.values():
         for (path, text), text_digest in zip(unit.sources, unit.source_digests):
-            stage(path, text_digest, lambda p, t=text: staging.write(p, t))
+            shared.stage(path, text_digest, lambda p, t=text: staging.write(p, t))
         for (starter_path, device), result in unit.runs:
             starter = next(s for s in unit.card.starters if s.path == starter_path)
             folder = store.slot(session.run_key(ws, starter, next(run for run in starter.runs if run.device == device)))
             for name in result.artifacts:
                 source = folder / name
                 if source.is_file():
-                    stage(artifact_url(unit.card.id, name), digest(source.read_bytes()), lambda p, f=source: staging.copy(f, p))
-    return keys
+                    shared.stage(artifact_url(unit.card.id, name), digest(source.read_bytes()), lambda p, f=source: staging.copy(f, p))
 
 
 def check_site_links(ws: Workspace, staging, units: dict[str, Unit], kept: dict[str, UnitRecord], shared: dict[str, str]) -> None:
