@@ -36,7 +36,7 @@ SETTLE_MS = 20
 """How long to wait for more events once one arrived: an editor's save is often several events."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LastBuild:
     """What the last build said, and the overlay pages get; shared between the watcher and request threads."""
 

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 from infralens.build.render import Page
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class PageLink:
     """One href or src on a page."""
 
@@ -64,7 +64,7 @@ def check_links(pages: list[Page], files: set[str]) -> list[PageLink]:
     result = []
     for page in html_pages(pages):
         for line, col, target in links[page.path]:
-            result.append(PageLink(page.path, line, col, target, _problem(page.path, target, ids, files)))
+            result.append(PageLink(page=page.path, line=line, col=col, target=target, problem=_problem(page.path, target, ids, files)))
     return result
 
 

@@ -30,7 +30,7 @@ from infralens.model.site import Site
 from infralens.project.workspace import SITE_MARKER, Manifest, Workspace
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class BuildSummary:
     """What a successful build did."""
 
@@ -118,7 +118,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     elif session.keep_state:
         session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
-    return BuildSummary(len(units), len(outcomes), html, len(written) - html, len(removed), time.perf_counter() - started, ws.out)
+    return BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
 
 
 def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab], "Theme", dict[str, "Unit"]]:

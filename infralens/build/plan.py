@@ -25,7 +25,7 @@ class UnitRecord:
     files: dict[str, Stamp]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BuildState:
     """What the last build of one output folder left, kept in the cache between builds."""
 
@@ -42,7 +42,7 @@ class BuildState:
     when the starter's folder or what every key depends on changed."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Unit:
     """One lab's share of a build: what its pages are made from."""
 
@@ -59,7 +59,7 @@ class Unit:
     search_key: str
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Nav:
     """What a lab page's navigation names: its neighbours and a window of its track, never the whole site."""
 
@@ -99,7 +99,7 @@ def plan(
         nav = navs[card.id]
         key = digest(site_key, manifest.key, source_key, repr(lab_runs), nav_key(nav))
         digests = tuple(starters[s.path][1] for s in card.starters)
-        units[card.id] = Unit(manifest, card, sources, digests, lab_runs, nav, key, search_key)
+        units[card.id] = Unit(manifest=manifest, card=card, sources=sources, source_digests=digests, runs=lab_runs, nav=nav, key=key, search_key=search_key)
     return units
 
 
@@ -125,12 +125,12 @@ def navigation(site: Site, ordered: list[LabCard]) -> dict[str, Nav]:
         at = place[card.id]
         low, high = max(0, at - NAV_WINDOW), min(len(track), at + NAV_WINDOW + 1)
         navs[card.id] = Nav(
-            titles.get(card.track, card.track),
-            tuple(track[low:high]),
-            low,
-            len(track) - high,
-            ordered[index - 1] if index > 0 else None,
-            ordered[index + 1] if index + 1 < len(ordered) else None,
-            tuple(pair for pair in filled if pair[0] != card.track),
+            track_title=titles.get(card.track, card.track),
+            window=tuple(track[low:high]),
+            before=low,
+            after=len(track) - high,
+            previous=ordered[index - 1] if index > 0 else None,
+            next=ordered[index + 1] if index + 1 < len(ordered) else None,
+            other_tracks=tuple(pair for pair in filled if pair[0] != card.track),
         )
     return navs

@@ -133,7 +133,7 @@ def highlighted(ws: Workspace, path: str, text: str) -> SourceFile:
     return source_file(path, text, lines)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Project:
     """Everything a build reads, parsed: the site, its labs in number order and their starters."""
 
@@ -158,4 +158,4 @@ def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
     texts = read_starters(ws, cards)
     sources = {path: highlighted(ws, path, text) for path, (text, _) in texts.items()}
     labs = tuple(sorted(parsed.values(), key=lambda lab: lab.number))
-    return Project(ws.root, site, labs, sources, {manifest.lab_id: manifest.text for manifest in manifests})
+    return Project(root=ws.root, site=site, labs=labs, sources=sources, manifests={manifest.lab_id: manifest.text for manifest in manifests})

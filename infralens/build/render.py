@@ -48,7 +48,7 @@ class Badge:
     href: str
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class CodeRow:
     """A line as a page shows it: number, highlighted HTML, the key blocks bound to it."""
 
@@ -98,7 +98,7 @@ def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...], state: PageStat
         badges = tuple(Badge(b.ordinal, b.name, href) for b, href in bound if b.first == line.number)
         gap = previous is not None and line.number != previous + 1
         recorded = state.lines.get(line.number) if state is not None else None
-        rows.append(CodeRow(line.number, Markup(line.html), tuple(b.slug for b, _ in bound), badges, gap, recorded.hint if recorded else ""))
+        rows.append(CodeRow(number=line.number, html=Markup(line.html), slugs=tuple(b.slug for b, _ in bound), badges=badges, gap_before=gap, hint=recorded.hint if recorded else ""))
         previous = line.number
     return tuple(rows)
 

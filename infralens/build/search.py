@@ -63,7 +63,7 @@ _TEX_COMMAND = re.compile(r"\\(?:text|mathrm|operatorname)\{([^}]*)\}|\\(times|c
 _TEX_SYMBOLS = {"times": "×", "cdot": "·"}
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Document:
     """One search result: what it shows, where it links, and the text it is found by."""
 
@@ -190,7 +190,7 @@ def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> 
     track = next((track.title for track in site.tracks if track.id == lab.track), lab.track)
     summary = plain_text(lab.summary)
     fields = ((LAB_TITLE, f"{lab.title} {number}"), (LAB_SUMMARY, summary))
-    documents = [Document(lab.title, f"{number} · {track}", url, snippet(summary), fields)]
+    documents = [Document(title=lab.title, crumb=f"{number} · {track}", url=url, snippet=snippet(summary), fields=fields)]
     sections = section_texts(lab)
     for section, _, _ in SECTIONS:
         text = "" if section in UNINDEXED_SECTIONS else sections.get(section, "")
@@ -199,12 +199,12 @@ def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> 
         title = lab.section_title(section)
         anchor = section.replace("_", "-")
         fields = ((SECTION_TITLE, title), (SECTION_TEXT, text))
-        documents.append(Document(title, f"{number} · {lab.title}", f"{url}#{anchor}", snippet(text), fields))
+        documents.append(Document(title=title, crumb=f"{number} · {lab.title}", url=f"{url}#{anchor}", snippet=snippet(text), fields=fields))
     blocks_title = lab.section_title("key_blocks")
     for block in resolved.excerpt.key_blocks:
         note = plain_text(block.note)
         fields = ((BLOCK_NAME, block.name), (BLOCK_NOTE, note))
-        documents.append(Document(block.name, f"{number} · {lab.title} · {blocks_title}", f"{url}#kb-{block.slug}", snippet(note), fields))
+        documents.append(Document(title=block.name, crumb=f"{number} · {lab.title} · {blocks_title}", url=f"{url}#kb-{block.slug}", snippet=snippet(note), fields=fields))
     for starter, text in zip(lab.starters, texts):
         headings, defined, names = starter_names(starter.path, text)
         role = plain_text(starter.role)
@@ -216,7 +216,7 @@ def lab_documents(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> 
             (IDENTIFIER, " ".join(names)),
         )
         crumb = f"{number} · {lab.title} · Annotated source"
-        documents.append(Document(starter.path, crumb, href(source_url(starter.path)), snippet(role), fields))
+        documents.append(Document(title=starter.path, crumb=crumb, url=href(source_url(starter.path)), snippet=snippet(role), fields=fields))
     return tuple(documents)
 
 

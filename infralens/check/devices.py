@@ -23,7 +23,7 @@ NVIDIA_SMI_QUERY = "index,uuid,name,memory.total,driver_version"
 """The columns `detect_machine` asks nvidia-smi for, in order (memory in MiB, with nounits)."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Gpu:
     """One NVIDIA GPU as nvidia-smi lists it."""
 
@@ -35,7 +35,7 @@ class Gpu:
     driver: str
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Machine:
     """What a run can use on the machine checking it."""
 
@@ -90,7 +90,7 @@ def parse_gpus(listing: str) -> tuple[Gpu, ...]:
             size = round(float(memory) * 2**20)
         except ValueError:  # "[N/A]" on some boards
             size = 0
-        gpus.append(Gpu(int(index), uuid, name, size, driver))
+        gpus.append(Gpu(index=int(index), uuid=uuid, name=name, memory=size, driver=driver))
     return tuple(gpus)
 
 

@@ -357,7 +357,7 @@ class Row:
     cells: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class CalcView:
     """What a lab page shows of one calculator (templates/_calc.html)."""
 
@@ -402,7 +402,7 @@ def calculator_view(checked: Checked) -> CalcView:
     rows += [Row(headed(o.label, o.unit if o.format in bare else None), True,
                  tuple(show(dict(case.results)[o.name], o.format, None if o.format in bare else o.unit, o.labels, o.digits) for case in cases)) for o in calc.outputs]
     chart = roofline_view(calc, cases) if calc.chart is not None and cases else None
-    return CalcView(calc, checked.verified, checked.checked, functions, tuple(case.label for case in cases), tuple(rows), constant, chart)
+    return CalcView(calc=calc, verified=checked.verified, checked=checked.checked, functions=functions, cases=tuple(case.label for case in cases), rows=tuple(rows), constant=constant, chart=chart)
 
 
 # ---------------------------------------------------------------- the page feature (see features.py)

@@ -93,7 +93,7 @@ def _multiplier(rest: str, unit: str | None) -> float | None:
     return PREFIXES.get(rest)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Answered:
     """A question as its page shows it: its id, and its answer when a checked run gave one."""
 
@@ -132,28 +132,28 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     qid = question_id(question, position)
     spec = question.answer
     if spec is None:
-        return Answered(qid, question), None
+        return Answered(id=qid, question=question), None
     result = runs.get(answering_starter(lab, spec))
     if result is None or not result.passed:
-        return Answered(qid, question), None
+        return Answered(id=qid, question=question), None
     if spec.recorded is not None:
         return recorded_answer(qid, question, result, blocks)
     pattern = spec.printed
     try:  # the regex module, with a time limit: a pattern that backtracks without end stops
         match = regex.search(pattern, result.stdout, regex.MULTILINE, timeout=MATCH_SECONDS)
     except TimeoutError:
-        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: '{pattern}' did not finish matching the run's output in {MATCH_SECONDS:g} s (a pattern that backtracks without end?)")
+        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: '{pattern}' did not finish matching the run's output in {MATCH_SECONDS:g} s (a pattern that backtracks without end?)")
     if match is None or match.group(1) is None:
-        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches '{pattern}'")
+        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches '{pattern}'")
     printed = match.group(1).strip()
     figure = reading(printed, spec.unit)
     if figure is None:
         unit = f" in {spec.unit!r}" if spec.unit else ""
-        return Answered(qid, question), Problem(spec.printed_mark, f"question {qid!r}: the run printed {printed!r} where '{pattern}' matches, which is not a number{unit}")
+        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: the run printed {printed!r} where '{pattern}' matches, which is not a number{unit}")
     start = result.stdout.rfind("\n", 0, match.start(1)) + 1
     end = result.stdout.find("\n", match.end(1))
     line = " ".join(result.stdout[start : end if end >= 0 else len(result.stdout)].split())
-    return Answered(qid, question, figure, printed, line, result.finished), None
+    return Answered(id=qid, question=question, figure=figure, printed=printed, line=line, finished=result.finished), None
 
 
 def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dict[str, KeyBlock]) -> tuple[Answered, Problem | None]:
@@ -164,7 +164,7 @@ def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dic
     block = blocks.get(recorded.block)
     state = json.loads(result.state) if result.state else None
     if block is None or not state:
-        return Answered(qid, question), None
+        return Answered(id=qid, question=question), None
     kind, key = ("calls", "return") if recorded.name == "return" else ("lines", None)
     found = None
     for number, entry in sorted(((int(n), e) for n, e in state.get(kind, {}).items()), key=lambda item: item[0]):
@@ -173,12 +173,12 @@ def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dic
         if isinstance(value, str):
             found = (number, value)
     if found is None:
-        return Answered(qid, question), Problem(recorded.mark, f"question {qid!r}: the checked run recorded no value of {recorded.name!r} on lines {block.first}-{block.last}")
+        return Answered(id=qid, question=question), Problem(recorded.mark, f"question {qid!r}: the checked run recorded no value of {recorded.name!r} on lines {block.first}-{block.last}")
     number, value = found
     figure = reading(value, unit)
     if figure is None:
-        return Answered(qid, question), Problem(recorded.mark, f"question {qid!r}: the run recorded {recorded.name} = {value!r} on line {number}, which is not a number{f' in {unit!r}' if unit else ''}")
-    return Answered(qid, question, figure, value, f"{recorded.name} = {value}", result.finished, number), None
+        return Answered(id=qid, question=question), Problem(recorded.mark, f"question {qid!r}: the run recorded {recorded.name} = {value!r} on line {number}, which is not a number{f' in {unit!r}' if unit else ''}")
+    return Answered(id=qid, question=question, figure=figure, printed=value, line=f"{recorded.name} = {value}", finished=result.finished, recorded_on=number), None
 
 
 def _answers(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]):

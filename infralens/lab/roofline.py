@@ -49,7 +49,7 @@ class Dot:
     y: float
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RooflineView:
     """A log-log roofline drawn at build: one roof per hardware case, one dot per operator case at
     the defaults' hardware, and the marker at the defaults, which the page's script moves."""
@@ -109,9 +109,9 @@ def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
     y_output = next(o for o in calc.outputs if o.name == chart.y)
     summary = "; ".join(f"{label}: flat at {show(peak, 'si', y_output.unit)} from {significant(peak / bandwidth)} FLOP/B" for (peak, bandwidth), label in roofs_at.items())
     return RooflineView(
-        WIDTH, HEIGHT, LEFT, TOP, RIGHT, BOTTOM, x_ticks, y_ticks, tuple(roofs), dots,
-        (px(first[chart.x]), py(first[chart.y])), roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
-        summary, (lx0, lx1, ly0, ly1),
+        width=WIDTH, height=HEIGHT, left=LEFT, top=TOP, right=RIGHT, bottom=BOTTOM, x_ticks=x_ticks, y_ticks=y_ticks, roofs=tuple(roofs), dots=dots,
+        marker=(px(first[chart.x]), py(first[chart.y])), current=roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
+        summary=summary, span=(lx0, lx1, ly0, ly1),
     )
 
 

@@ -40,7 +40,7 @@ class Shown:
     value: str
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class LineState:
     """What one line's last recorded run bound, or, for a `def` line, its last call's inputs and return."""
 
@@ -172,7 +172,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         process = str(entry.get("process") or "")
         data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
         last = kept[-1]["v"]
-        lines[number] = LineState(number, tuple(Shown(*pair) for pair in last), (), None, data_lines[key]["c"], data_lines[key]["x"], kept[-1]["n"], process)
+        lines[number] = LineState(number=number, results=tuple(Shown(*pair) for pair in last), inputs=(), returned=None, count=data_lines[key]["c"], exact=data_lines[key]["x"], run=kept[-1]["n"], process=process)
     for key, entry in state.get("calls", {}).items():
         number = int(key)
         choices = choice_for(number, starter.state, own)
@@ -184,8 +184,8 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         data_calls[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
         last = kept[-1]
         lines[number] = LineState(
-            number, (), tuple(Shown(*pair) for pair in last["i"]), last["r"] if last["r"] is not None else "None",
-            data_calls[key]["c"], data_calls[key]["x"], last["k"], process,
+            number=number, results=(), inputs=tuple(Shown(*pair) for pair in last["i"]), returned=last["r"] if last["r"] is not None else "None",
+            count=data_calls[key]["c"], exact=data_calls[key]["x"], run=last["k"], process=process,
         )
     if not lines:
         return None

@@ -232,7 +232,7 @@ def mirrored_starter(lab: Lab, calc: Calculator) -> str:
     return calc.starter or lab.previewed
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class LabCard:
     """What other pages need of a lab: the index, the navigation of its neighbours, checks across labs.
 
@@ -258,6 +258,6 @@ class LabCard:
 def card_of(lab: Lab) -> LabCard:
     """Return the card of a parsed lab."""
     return LabCard(
-        lab.id, lab.path, lab.number, lab.title, lab.track, lab.summary, lab.topic, lab.concrete, lab.kind,
-        lab.starters, lab.number_mark, lab.track_mark, len(lab.questions),
+        id=lab.id, path=lab.path, number=lab.number, title=lab.title, track=lab.track, summary=lab.summary, topic=lab.topic, concrete=lab.concrete, kind=lab.kind,
+        starters=lab.starters, number_mark=lab.number_mark, track_mark=lab.track_mark, questions=len(lab.questions),
     )

@@ -11,7 +11,7 @@ from infralens.model.starter import StateChoice
 from infralens.text.source import SourceLine
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class KeyBlock:
     """A key block bound to real file lines first..last."""
 

@@ -12,7 +12,7 @@ Status = Literal["passed", "failed", "timeout", "skipped"]
 """How a run ended: skipped when the machine lacks the device it needs."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RunResult:
     """What running one starter showed."""
 

@@ -54,7 +54,7 @@ MEMORY_UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}
 GPU_MEMORY = r"(\d+(?:\.\d+)?) ?(" + "|".join(MEMORY_UNITS) + ")"
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RunSpec:
     """How `infralens check` runs the starter."""
 
@@ -204,7 +204,7 @@ class Preview:
     starter_mark: Mark | None = derived("Where the manifest names the starter.")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class LineBinding:
     """How a key block names its lines: one literal text, a from/to span, or file line numbers."""
 
@@ -226,8 +226,8 @@ class LineText(Text):
             numbers = parse_range(value)
             if numbers is None:
                 return ctx.error(node, f"line range must look like 'A-B' with 1 <= A <= B, got {value!r}")
-            return LineBinding("range", first=numbers[0], last=numbers[1])
-        return LineBinding("text", text=value)
+            return LineBinding(kind="range", first=numbers[0], last=numbers[1])
+        return LineBinding(kind="text", text=value)
 
 
 SPAN = Record(
@@ -236,12 +236,12 @@ SPAN = Record(
         "from": Field(Text("Text on exactly one line of the excerpt: the first line.", numbers=True), True),
         "to": Field(Text("Text on the last line: the first line at or after 'from' that contains it.", numbers=True), True),
     },
-    lambda f, ctx: LineBinding("span", text=f.values["from"], until=f.values["to"]),
+    lambda f, ctx: LineBinding(kind="span", text=f.values["from"], until=f.values["to"]),
     doc="Lines from one text to another.",
 )
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class KeyBlockSpec:
     """A note bound to lines of the excerpt."""
 

@@ -103,7 +103,7 @@ class Manifest:
     """A hash of the path and text, computed once."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Workspace:
     """A project on disk: its root, its cache folder and its output folder."""
 

@@ -207,7 +207,7 @@ def test_without_answers_the_listed_cases_are_computed_but_not_verified() -> Non
     checked, problems = check_lab_calculators(lab, {})
     assert problems == [] and not checked[0].verified
     assert [case.label for case in checked[0].cases] == ["Defaults", "Wide", "Full"]
-    stale = RunResult("lab-01-calc", "code/lab-01-calc/kv.py", "passed", 1.0, 0, "", "", "", lab.starters[0].mark,
+    stale = RunResult(lab="lab-01-calc", starter="code/lab-01-calc/kv.py", status="passed", seconds=1.0, returncode=0, stdout="", stderr="", reason="", mark=lab.starters[0].mark,
                       probed="not-this-request", answers=json.dumps({"calculators": {"kv": answers_for(None, CASES, per_layer=99)}}))
     checked, problems = check_lab_calculators(lab, {stale.starter: stale})
     assert problems == [] and not checked[0].verified  # answers to another request are not evidence
@@ -363,7 +363,7 @@ def test_every_calculator_agrees_with_its_starter_at_its_defaults_and_presets(la
             passed = run_starter(lab, starter, REPO, text=(REPO / path).read_text(encoding="utf-8"))  # a printed preset needs what the run prints
             assert passed.passed, passed.reason
         else:
-            passed = RunResult(lab.id, path, "passed", 0.0, 0, "", "", "", starter.mark, finished="2026-11-24T00:00:00Z")
+            passed = RunResult(lab=lab.id, starter=path, status="passed", seconds=0.0, returncode=0, stdout="", stderr="", reason="", mark=starter.mark, finished="2026-11-24T00:00:00Z")
         runs[path] = probed(passed, lab, REPO, starter, None, None)
     checked, problems = check_lab_calculators(lab, runs)
     assert [str(p) for p in problems] == []

@@ -117,7 +117,7 @@ def test_a_hash_line_inside_a_code_fence_is_not_a_heading() -> None:
 
 def bind(lines, binding: LineBinding):
     """The lines bound, or the problem's message (at the key block's `lines:`)."""
-    bound = bind_lines(lines, KeyBlockSpec("kb", binding, "note", Mark("lab.yml", 9, 12), None), "s.py")
+    bound = bind_lines(lines, KeyBlockSpec(name="kb", lines=binding, note="note", mark=Mark("lab.yml", 9, 12), starter_mark=None), "s.py")
     if isinstance(bound, Unbound):
         assert bound.problem.mark == Mark("lab.yml", 9, 12)
         assert bound.several == ("quote more" in bound.problem.message)
@@ -127,19 +127,19 @@ def bind(lines, binding: LineBinding):
 
 def test_binding_by_text_span_and_range() -> None:
     lines = cut_excerpt(source_file("s.py", PY), 9, 15)
-    assert bind(lines, LineBinding("text", text="total = w")) == (13, 13)
-    assert bind(lines, LineBinding("span", text="def area", until="return")) == (11, 15)
-    assert bind(lines, LineBinding("range", first=11, last=13)) == (11, 13)
+    assert bind(lines, LineBinding(kind="text", text="total = w")) == (13, 13)
+    assert bind(lines, LineBinding(kind="span", text="def area", until="return")) == (11, 15)
+    assert bind(lines, LineBinding(kind="range", first=11, last=13)) == (11, 13)
 
 
 @pytest.mark.parametrize(
     "binding, message",
     [
-        (LineBinding("text", text="total"), "key block 'kb': text 'total' matches 2 lines of the excerpt (lines 13, 15); quote more of the line so it matches exactly one"),
-        (LineBinding("text", text="SIZE"), "key block 'kb': text 'SIZE' matches no line of the excerpt (s.py:9-15)"),
-        (LineBinding("range", first=5, last=9), "key block 'kb': lines 5-9 are outside the excerpt (s.py:9-15)"),
-        (LineBinding("range", first=12, last=13), "key block 'kb': lines 12-13 start or end on a hidden marker line"),
-        (LineBinding("span", text="def area", until="yield"), "key block 'kb': 'to' text 'yield' matches no line at or after line 11 of the excerpt (s.py:9-15)"),
+        (LineBinding(kind="text", text="total"), "key block 'kb': text 'total' matches 2 lines of the excerpt (lines 13, 15); quote more of the line so it matches exactly one"),
+        (LineBinding(kind="text", text="SIZE"), "key block 'kb': text 'SIZE' matches no line of the excerpt (s.py:9-15)"),
+        (LineBinding(kind="range", first=5, last=9), "key block 'kb': lines 5-9 are outside the excerpt (s.py:9-15)"),
+        (LineBinding(kind="range", first=12, last=13), "key block 'kb': lines 12-13 start or end on a hidden marker line"),
+        (LineBinding(kind="span", text="def area", until="yield"), "key block 'kb': 'to' text 'yield' matches no line at or after line 11 of the excerpt (s.py:9-15)"),
     ],
 )
 def test_binding_errors_say_what_went_wrong(binding: LineBinding, message: str) -> None:

@@ -115,20 +115,20 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
 
 @pytest.mark.unit
 def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
-    line = LineState(5, (), (Shown("config", "Config(…)"),), "6,738,415,616", 3, True, 3)
+    line = LineState(number=5, results=(), inputs=(Shown("config", "Config(…)"),), returned="6,738,415,616", count=3, exact=True, run=3)
     assert line.hint == "↩ 6,738,415,616 (last of 3)"
     # Calls are kept 1-3 and at powers of two: the one shown is named when it is not the last.
     assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
     assert replace(line, exact=False).hint == "↩ 6,738,415,616 (call 3 of 3+)"
     # A procedure's return says nothing: its inputs are shown instead, or no hint at all.
-    procedure = LineState(7, (), (Shown("self", "<Block>"), Shown("n", "4")), "None", 1, True)
+    procedure = LineState(number=7, results=(), inputs=(Shown("self", "<Block>"), Shown("n", "4")), returned="None", count=1, exact=True)
     assert procedure.hint == "⬇ n = 4"
     assert replace(procedure, inputs=(Shown("self", "<Block>"),)).hint == ""
     # A tensor at a line's end is its shape and dtype; its bytes and values are in the table and panel.
     tensor = "Tensor (16, 2, 32) float64 cpu 8,192 B [0.5383, 0.07494, 5.924, 1.046, …] min -5.805 max 5.924"
-    assert LineState(8, (Shown("h", tensor),), (), None, 1, True).hint == "→ Tensor (16, 2, 32) float64"
-    assert LineState(8, (Shown("out", f"({tensor}, 1)"),), (), None, 1, True).hint == "→ (Tensor (16, 2, 32) float64, 1)"
-    long = LineState(6, (Shown("x", "y" * 100),), (), None, 1, True)
+    assert LineState(number=8, results=(Shown("h", tensor),), inputs=(), returned=None, count=1, exact=True).hint == "→ Tensor (16, 2, 32) float64"
+    assert LineState(number=8, results=(Shown("out", f"({tensor}, 1)"),), inputs=(), returned=None, count=1, exact=True).hint == "→ (Tensor (16, 2, 32) float64, 1)"
+    long = LineState(number=6, results=(Shown("x", "y" * 100),), inputs=(), returned=None, count=1, exact=True)
     assert len(long.hint) == 34 and long.hint.endswith("…")
 
 
