@@ -268,3 +268,19 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         return False
+
+
+def sweep_orphans(running: Running) -> threading.Event:
+    """Kill the orphans that reach this subreaper, every half second, until the event returned is set.
+
+    An orphan can reach `check` a moment after its supervisor died, so one look at the end is not
+    enough; each look reads every process's /proc stat, so not more often.
+    """
+    done = threading.Event()
+
+    def sweep() -> None:
+        while not done.wait(0.5):
+            running.kill_orphans()
+
+    threading.Thread(target=sweep, daemon=True).start()
+    return done

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from infralens.check.devices import Machine, detect_machine
-from infralens.check.process import Running, execute, run_folder
+from infralens.check.process import Running, execute, run_folder, sweep_orphans
 from infralens.check.results import ResultStore, run_key
 from infralens.check.sandbox import Sandbox
 from infralens.check.verdicts import (
@@ -328,14 +328,7 @@ def run_labs(
     spans = {lab.id: traced_spans(lab, excerpts[lab.id]) if state and excerpts[lab.id] else () for lab in labs}
     running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    done = threading.Event()
-
-    def sweep() -> None:
-        while not done.wait(0.5):  # each look reads every process's /proc stat: not too often
-            running.kill_orphans()
-
-    if reaper:  # an orphan can reach us a moment after its supervisor died: look for one now and then
-        threading.Thread(target=sweep, daemon=True).start()
+    done = sweep_orphans(running) if reaper else threading.Event()
     try:
         futures = {
             (lab.id, starter.path, run.device): pool.submit(
