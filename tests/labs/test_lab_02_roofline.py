@@ -521,6 +521,11 @@ class CpuAsCuda:
         synchronize = staticmethod(lambda *args: None)
         get_device_properties = staticmethod(lambda device: type("Props", (), {"name": "NVIDIA H100 80GB HBM3", "total_memory": 85_520_809_984}))
 
+    # A GPU's bf16 is its fast path (tensor cores); a CPU without avx512_bf16 emulates it, so a bf16
+    # matmul there runs slower per FLOP than an add and breaks the report's own check that compute
+    # beats memory. The stand-in computes in this CPU's fast type instead; the counts are analytic.
+    bfloat16 = torch.float32
+
     @staticmethod
     def device(*args, **kwargs) -> torch.device:
         return torch.device("cpu")
