@@ -39,7 +39,8 @@ def render_in_memory(site_path: Path, cache_dir: Path | None = None) -> tuple[li
     ws = Workspace.open(site_path, cache_dir=cache_dir)
     with_memory = MemoryStaging()
     session = Session(jobs=1)
-    site, _, _, parsed, theme, units = prepare(ws, BuildState(), session)
+    read, units = prepare(ws, BuildState(), session)
+    site, theme, parsed = read.site, read.theme, read.parsed
     problems = []
     for outcome in render_units(ws, site, theme, list(units.values()), parsed, session):
         problems += outcome.problems

@@ -1,11 +1,12 @@
-"""The build pipeline: read → parse → check → resolve → render → index → commit.
+"""The build pipeline: read (one Snapshot) → plan → render → shared files → links → commit.
 
 Work is per lab. Each lab's pages (its lab page and the source views of its starters) and its
 search documents are keyed by a hash of everything they are made from: its manifest and starter
 texts, site.yml, the theme, the tool's version, the recorded runs of its starters and the few
 neighbours its navigation names. A lab whose key is unchanged, with its files still in output/ as
 the last build left them, is not parsed, rendered or written again. Cold work is spread over the
-cores. The workspace does every read and write; the stages between are pure.
+cores. The read stage takes the project from the workspace once (build.read.Snapshot); planning
+works on that snapshot alone; the commit into output/ happens once, at the end.
 """
 
 from __future__ import annotations
@@ -16,18 +17,11 @@ from pathlib import Path
 
 from infralens.build.pages import check_site_links, render_units, write_shared
 from infralens.build.plan import BuildState, Unit, UnitRecord, plan
-from infralens.build.read import (
-    digest_manifest,
-    read_and_parse,
-    read_starters,
-    recorded_runs,
-)
-from infralens.build.session import Session, Theme
+from infralens.build.read import Snapshot, digest_manifest, read_snapshot
+from infralens.build.session import Session
 from infralens.build.workers import stop_if_asked
 from infralens.errors import InputError, Mark, Problem
-from infralens.model.lab import Lab, LabCard
-from infralens.model.site import Site
-from infralens.project.workspace import SITE_MARKER, Manifest, Workspace
+from infralens.project.workspace import SITE_MARKER, Workspace
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -72,7 +66,8 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     if not (state.units or state.shared):
         ws.check_not_foreign(SITE_MARKER)
     site_state = state.site
-    site, manifests, cards, parsed, theme, units = prepare(ws, state, session)
+    read, units = prepare(ws, state, session)
+    site, theme = read.site, read.theme
     kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
     present = ws.present({path: stamp for record in kept.values() for path, stamp in record.files.items()})
     kept = {lab_id: record for lab_id, record in kept.items() if all(path in present for path in record.files)}
@@ -81,7 +76,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     try:
         outcomes: dict[str, list[str]] = {}
         problems: list[Problem] = []
-        for outcome in render_units(ws, site, theme, dirty, parsed, session):
+        for outcome in render_units(ws, site, theme, dirty, read.parsed, session):
             stop_if_asked()
             problems += outcome.problems
             if not problems:  # after the first problem, only more problems matter
@@ -110,7 +105,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
         if lab_id not in units:
             del state.units[lab_id]
     state.shared = {path: (key, stamps.get(path) or state.shared[path][1]) for path, key in shared.items()}
-    cards_by_digest = {digest_manifest(m): cards[m.lab_id] for m in manifests}
+    cards_by_digest = {digest_manifest(m): read.cards[m.lab_id] for m in read.manifests}
     if written or removed or cards_by_digest != state.cards or session.run_keys != state.run_keys or state.site is not site_state:
         state.cards = cards_by_digest
         state.run_keys = session.run_keys
@@ -121,10 +116,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     return BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
 
 
-def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab], "Theme", dict[str, "Unit"]]:
-    """Read and check the project and key every lab's share of the build: all a build does before rendering."""
-    site, manifests, cards, parsed = read_and_parse(ws, state, session)
-    starters = read_starters(ws, cards)
-    runs = recorded_runs(ws, cards, session)
-    theme = session.theme(ws)
-    return site, manifests, cards, parsed, theme, plan(site, manifests, cards, starters, runs, theme.key)
+def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Snapshot, dict[str, Unit]]:
+    """Read the project once and key every lab's share of the build: all a build does before rendering."""
+    read = read_snapshot(ws, state, session)
+    return read, plan(read.site, list(read.manifests), read.cards, read.starters, read.runs, read.theme.key)

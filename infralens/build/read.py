@@ -12,7 +12,7 @@ from pathlib import Path
 
 from infralens import __version__
 from infralens.build.plan import BuildState
-from infralens.build.session import Session
+from infralens.build.session import Session, Theme
 from infralens.check.results import ResultStore
 from infralens.errors import InputError, Note, Problems, did_you_mean
 from infralens.model.lab import Lab, LabCard, card_of
@@ -21,6 +21,35 @@ from infralens.model.run import RunResult
 from infralens.model.site import Site
 from infralens.project.workspace import Manifest, Workspace, digest
 from infralens.text.source import SourceFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything a build reads, read once through the workspace: the stages after it plan and
+    render from these values; only the caches and the result store's artifacts are read again."""
+
+    site: Site
+    manifests: tuple[Manifest, ...]
+    cards: dict[str, LabCard]
+    """A card per lab id: parsed in this build, or kept from the last by its manifest's digest."""
+    parsed: dict[str, Lab]
+    """The labs parsed in this build, by id (the others are parsed where they are rendered)."""
+    starters: dict[str, tuple[str, str]]
+    """Starter path → (text, digest of the text)."""
+    runs: dict[tuple[str, str], RunResult]
+    """The stored result of each run of each starter's current version, by (path, device)."""
+    theme: Theme
+
+
+def read_snapshot(ws: Workspace, state: BuildState, session: Session) -> Snapshot:
+    """Read and check the project: site.yml, the manifests (parsing those that changed), the
+    starters, their recorded runs and the theme; raise InputError with every problem."""
+    site, manifests, cards, parsed = read_and_parse(ws, state, session)
+    starters = read_starters(ws, cards)
+    return Snapshot(
+        site=site, manifests=tuple(manifests), cards=cards, parsed=parsed, starters=starters,
+        runs=recorded_runs(ws, cards, session), theme=session.theme(ws),
+    )
 
 
 def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:

@@ -2977,7 +2977,7 @@ def run_case(c: Case, root: Path, index: int, seed: int) -> Outcome:
     return Outcome(c, ok, detail, time.monotonic() - started)
 
 
-def prepare(root: Path) -> None:
+def set_up_run(root: Path) -> None:
     """Set up a run of cases in `root`: the launcher every child starts through, what this machine
     allows (namespaces, cgroups), and the baseline build of the sample site pages are judged against."""
     global LAUNCHER_PATH

@@ -30,7 +30,7 @@ SEED = int(os.environ.get("INFRALENS_ATTACK_SEED", random.randrange(1 << 30)))
 def attack_root():
     """One folder for every case of this process, set up once (launcher, features, baseline build)."""
     root = Path(tempfile.mkdtemp(prefix="infralens-attack-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
-    attack.prepare(root)
+    attack.set_up_run(root)
     yield root
     if not attack.KEEP:
         shutil.rmtree(root, ignore_errors=True)
