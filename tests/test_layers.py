@@ -92,6 +92,19 @@ def test_every_module_belongs_to_a_placed_unit() -> None:
     assert not unplaced, f"place these in LAYERS (and in infralens/__init__.py's drawing): {sorted(unplaced)}"
 
 
+def against_the_order(source: str, into: str | None) -> bool:
+    """Whether unit `source` importing unit `into` (None: the package's face) breaks the rule."""
+    return into is not None and into != source and RANK[into] >= RANK[source]
+
+
+def test_the_rule_refuses_upward_and_sideways_imports() -> None:
+    assert not against_the_order("build", "model") and not against_the_order("model", "model")
+    assert not against_the_order("cli", None)  # the face's __version__
+    assert against_the_order("model", "build")  # upward
+    assert against_the_order("lab", "project") and against_the_order("project", "lab")  # siblings
+    assert against_the_order("errors", "child")
+
+
 def test_imports_run_only_downward() -> None:
     wrong = []
     for path in modules():
@@ -101,9 +114,7 @@ def test_imports_run_only_downward() -> None:
             continue
         for node, target, _ in own_imports(path):
             into = unit_of(target)
-            if into is None or into == source:
-                continue
-            if RANK[into] >= RANK[source]:
+            if against_the_order(source, into):
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {source} (row {RANK[source]}) imports {target} (row {RANK[into]})")
     assert not wrong, "imports against the order:\n" + "\n".join(wrong)
 
