@@ -12,18 +12,20 @@ inside functions too, and holds the package to it; an import inside a function s
                search, links, assets, session, workers, memory
     check/     starters as processes → RunResult: runner, process, verdicts, results (the store),
                devices, sandbox, shards, reports
-    lab/  project/            pure work on one lab (resolve, calculators, questions, state,
-                              notebooks, claims) | the disk (workspace reads with its guards,
-                              keeps the caches; commit writes output/ under a journal)
-    model/     the manifest language: schema (spec types), expr (calculator expressions), the records
-               declared once each (site, lab, starter, calculator, question, resolved, run), parse
-    text/      Markdown, math (MathML) and highlighting: prose and starter text → HTML
+    lab/  project/            pure work on one lab (resolve; the page features features.py lists:
+                              state, calculators, questions, notebooks; shown, roofline, claims)
+                              | the disk (workspace reads with its guards, keeps the caches;
+                              commit writes output/ under a journal)
+    model/     the manifest language: yaml_input, schema (spec types), declare, expr (calculator
+               expressions), the records declared once each (site, lab, starter, calculator,
+               question, resolved, run), parse
+    text/      Markdown, math (MathML), a starter's lines and their highlighting → HTML
     errors  urls  child/      problems at a position; every address under output/; the programs
                               check starts by path (supervise, trace_state, probe, run_markdown),
                               which import nothing of the package
 
-A build reads (build.read, through project.workspace) → plans (build.plan) → renders what changed
-(build.pages, lab.*, text.*) → commits once (project.commit).
+A build reads one Snapshot (build.read, through project.workspace) → plans from it (build.plan)
+→ renders what changed (build.pages, lab.*, text.*) → commits once (project.commit).
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,8 @@
 """Model: the manifest language and the records it builds, each field declared once.
 
+    yaml_input manifest text → a composed YAML node tree, refusing tags, merge keys and bombs
     schema     the spec types (Text, Prose, ListOf, Record, …) that validate a YAML node tree
+    declare    `declared(spec)` on a record's field: the one declaration everything reads
     expr       the calculators' expression language, checked in Python and compiled to JavaScript
     site       site.yml: Site, Track
     lab        a lab manifest: Lab, its sections and kinds, LabCard
