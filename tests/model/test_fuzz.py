@@ -32,7 +32,7 @@ def only_input_errors(parse, text: str) -> None:
         parse(text)
     except InputError as exc:
         for problem in exc.problems:
-            assert "\n" not in str(problem), str(problem)  # one line per problem, always
+            assert str(problem).count("\n") == len(problem.notes), str(problem)  # one line per problem and per note, always
             assert problem.mark.line >= 1 and problem.mark.col >= 1
 
 
