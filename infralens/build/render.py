@@ -62,6 +62,14 @@ class CodeRow:
     """True when lines were left out just above (a hidden marker), so the numbers jump."""
     hint: str = ""
     """The value the checked run recorded this line holding (`→ 524,288`), if any."""
+    indent: int = 0
+    """The line's leading indentation in columns, when it is long enough to wrap (WRAPS): a wrapped
+    line's later rows hang under its code, not under its number."""
+
+
+WRAPS = 64
+"""Columns (code and value hint together) past which a line may wrap on some screen: narrower
+lines never do, and carry no indentation for the page to weigh."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,10 @@ def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...], state: PageStat
         badges = tuple(Badge(b.ordinal, b.name, href) for b, href in bound if b.first == line.number)
         gap = previous is not None and line.number != previous + 1
         recorded = state.lines.get(line.number) if state is not None else None
-        rows.append(CodeRow(number=line.number, html=Markup(line.html), slugs=tuple(b.slug for b, _ in bound), badges=badges, gap_before=gap, hint=recorded.hint if recorded else ""))
+        hint = recorded.hint if recorded else ""
+        text = line.text.expandtabs(4)
+        indent = len(text) - len(text.lstrip(" ")) if len(text) + len(hint) + 2 > WRAPS else 0
+        rows.append(CodeRow(number=line.number, html=Markup(line.html), slugs=tuple(b.slug for b, _ in bound), badges=badges, gap_before=gap, hint=hint, indent=indent))
         previous = line.number
     return tuple(rows)
 

@@ -41,7 +41,18 @@
       try { localStorage.removeItem(key); } catch (e) { /* nothing was kept */ }
     },
   };
-  window.InfraLens = { $, $$, el, progress };
+  /* Scroll the code's pane (side by side, it has its own scrollbar) so a row is in it, a quarter
+     down, without moving the page, and say true; elsewhere the pane does not scroll: false. */
+  const showInPane = (row, smooth = true) => {
+    const pane = row && row.closest(".code-pane");
+    if (!pane || pane.scrollHeight <= pane.clientHeight) return false;
+    const top = row.getBoundingClientRect().top - pane.getBoundingClientRect().top;
+    if (top < 0 || top + row.offsetHeight > pane.clientHeight) {
+      pane.scrollTo({ top: pane.scrollTop + top - pane.clientHeight / 4, behavior: smooth ? "smooth" : "auto" });
+    }
+    return true;
+  };
+  window.InfraLens = { $, $$, el, progress, showInPane };
 
   /* Theme: follows the OS until the reader picks one; the pick is kept in localStorage. */
   function setUpTheme() {
@@ -59,12 +70,13 @@
     show();
   }
 
-  /* Navigation: open beside the page on wide screens, folded above it on narrow ones. */
+  /* Navigation: folded above the page (as the page is sent, so a narrow page never moves), opened
+     where it has a column of its own (100rem and wider). */
   function setUpNav() {
-    const nav = $(".sidenav-toggle"), narrow = matchMedia("(max-width: 60rem)");
+    const nav = $(".sidenav-toggle"), column = matchMedia("(min-width: 100rem)");
     if (!nav) return;
-    const fit = () => { nav.open = !narrow.matches; };
-    narrow.addEventListener("change", fit);
+    const fit = () => { nav.open = column.matches; };
+    column.addEventListener("change", fit);
     fit();
   }
 
@@ -165,46 +177,49 @@
     });
   }
 
-  /* Side by side, at 75rem and wider: the notes leave their list for a column beside the code, each
-     level with its first line. Where a note would meet the one above, it moves down and the code makes
-     room: a margin before its first line or, when that line also belongs to a block above, padding
-     after its last. The note beside the middle of the window is marked current. Narrower (or printed),
+  /* Side by side, at 75rem and wider (.side, set before first paint by base.html): the notes leave
+     their list for a column beside the code, in order, and scroll past the code's pane. The note
+     at the reading line (two fifths down the window) is current: its lines are marked and the pane
+     scrolls them into view unless the reader has selected lines of their own. Narrower (or printed),
      the notes go back under the code. */
   function setUpSide() {
     const figure = $(".excerpt"), notes = $$(".key-block"), wide = matchMedia("screen and (min-width:75rem)");
     if (!figure || !notes.length) return;
+    const pane = $(".code-pane", figure), rows = $$("code > span", figure);
     const column = el("ol", { className: "key-blocks side-notes" }), homes = notes.map((n) => [n, n.parentNode, n.nextSibling]);
-    const section = notes[0].closest("section"), rows = $$("code > span", figure), box = (node) => node.getBoundingClientRect(), at = (row) => rows.indexOf(row);
+    const section = notes[0].closest("section"), box = (node) => node.getBoundingClientRect();
     const line = (row) => +row.id.replace(/^.*L/, ""), file = (id) => id.replace(/^#|L\d+$/g, "");  // L12, or s2-L12 in a walkthrough's other file
-    const follow = () => {  // every box read before any class is set: one layout per scroll event, not one per note
-      const middle = innerHeight / 2, beside = notes.map((n) => { const b = box(n); return wide.matches && b.top < middle && b.bottom > middle; });
-      notes.forEach((n, i) => n.classList.toggle("current", beside[i]));
+    const linesOf = (n) => {  // a note's rows: its link names the file (#s2-L12), data-lines its lines
+      const link = $("[data-lines]", n), [a, b] = link.dataset.lines.split("-");
+      return rows.filter((row) => file(row.id) === file(link.hash) && line(row) >= a && line(row) <= +b);
+    };
+    let current = null;
+    const follow = () => {
+      if (!wide.matches) return;
+      const reading = innerHeight * 0.4, boxes = notes.map(box);  // every box read before anything is set
+      const at = notes.find((n, i) => boxes[i].top <= reading && boxes[i].bottom >= reading)
+        || notes.filter((n, i) => boxes[i].bottom < reading).pop() || notes[0];
+      if (at === current) return;
+      current = at;
+      notes.forEach((n) => n.classList.toggle("current", n === at));
+      const mine = linesOf(at);
+      rows.forEach((row) => row.classList.toggle("near", mine.includes(row)));
+      if (!$("code > span.sel", figure) && mine.length) InfraLens.showInPane(mine[0]);
     };
     const lay = () => {
       const on = wide.matches;
       html.classList.toggle("side", on);
       section.hidden = on && !$(".calc", section);
-      rows.forEach((row) => row.style.removeProperty("--push") + row.style.removeProperty("--stretch"));
-      if (!on) return column.remove(), homes.forEach(([n, parent, next]) => parent.insertBefore(n, next));
+      current = null;
+      if (!on) {
+        rows.forEach((row) => row.classList.remove("near"));
+        return column.remove(), homes.forEach(([n, parent, next]) => parent.insertBefore(n, next));
+      }
       figure.append(column);
       column.append(...notes);
-      let floor = 0, reach = -1;
-      notes.map((n) => {  // a note's rows: its link names the file (#s2-L12), data-lines its lines
-        const link = $("[data-lines]", n), [a, b] = link.dataset.lines.split("-");
-        return [n, rows.filter((row) => file(row.id) === file(link.hash) && line(row) >= a && line(row) <= +b)];
-      }).sort((a, b) => at(a[1][0]) - at(b[1][0])).forEach(([n, [first, ...rest]]) => {
-        const last = rest.pop() || first, base = box(column).top, y = Math.max(box(first).top - base, floor);
-        if (at(first) > reach) first.style.setProperty("--push", y - box(first).top + base + "px");
-        last.style.setProperty("--stretch", Math.max(0, y + 24 - box(last).bottom + base) + "px");
-        n.style.top = y + "px";
-        floor = y + n.offsetHeight + 12;
-        reach = Math.max(reach, at(last));
-      });
-      figure.style.setProperty("--tall", floor + "px");
       follow();
     };
     wide.onchange = lay;
-    addEventListener("resize", () => wide.matches && lay());
     addEventListener("scroll", follow, { passive: true });
     lay();
   }

@@ -25,10 +25,22 @@
   const active = () => blocks().find((block) => block.classList.contains("active"));
 
   function mark(chosen, block) {
+    away(null);
     rows().forEach((row) => row.classList.toggle("sel", chosen.includes(row)));
     blocks().forEach((b) => b.classList.toggle("active", b === block));
+    placeDock(block);
     showNote(block);
     showState(chosen, block);
+  }
+
+  /* Under the code, the dock is a sheet at the window's bottom; side by side it sits in the selected
+     note, beside its lines, or above the notes for lines chosen by number. */
+  function placeDock(block) {
+    const dock = panel && panel.parentNode, figure = listing && listing.closest(".excerpt");
+    if (!dock || !figure) return;
+    const side = doc.documentElement.classList.contains("side");
+    if (side && block) block.append(dock);
+    else if (dock.parentNode !== figure) figure.insertBefore(dock, $(".code-pane", figure).nextSibling);
   }
 
   /* Execution state: the panel's script and the lab's recorded values (state.js beside the page)
@@ -51,15 +63,26 @@
     if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
   }
 
-  function reveal(row) {
-    const box = row && row.getBoundingClientRect();
-    if (box && (box.top < 0 || box.bottom > innerHeight * 0.6)) row.scrollIntoView({ block: "center" });
+  /* Bring the first selected line into sight, never under a panel: side by side, the code's pane
+     scrolls to it (and the page to the note); under the code, the line goes to the upper part of the
+     window, above the dock, which is never taller than 45% of it. */
+  function reveal(row, block) {
+    if (!row) return;
+    const pane = row.closest(".code-pane");
+    if (doc.documentElement.classList.contains("side") && pane) {
+      const target = block || pane, box = target.getBoundingClientRect();
+      if (box.top < 0 || box.top > innerHeight * 0.6) scrollBy({ top: box.top - innerHeight * 0.15 });
+      InfraLens.showInPane(row, false);
+      return;
+    }
+    const box = row.getBoundingClientRect();
+    if (box.top < innerHeight * 0.05 || box.bottom > innerHeight * 0.5) scrollBy({ top: box.top - innerHeight * 0.2 });
   }
 
   function selectLines(first, last, scroll, file = "") {
     [first, last] = [Math.min(first, last), Math.max(first, last)];
     const chosen = rows().filter((row) => fileOf(row) === file && lineOf(row) >= first && lineOf(row) <= last);
-    if (!chosen.length) return false;
+    if (!chosen.length) return away([first, last, file]), false;
     mark(chosen, null);
     setHash(first === last ? `#${file}L${first}` : `#${file}L${first}-L${last}`);
     if (scroll) reveal(chosen[0]);
@@ -72,7 +95,7 @@
     const chosen = boundTo(slug);
     mark(chosen, block);
     setHash("#kb-" + slug);
-    if (scroll) reveal(chosen[0]);
+    if (scroll) reveal(chosen[0], block);
     return true;
   }
 
@@ -100,7 +123,7 @@
       '<button type="button" class="kb-panel-prev">Previous note</button>' +
       '<button type="button" class="kb-panel-next">Next note</button>' +
       '<button type="button" class="kb-panel-close">Close</button></p>';
-    const dock = el("div", { className: "dock" }, panel);
+    const dock = el("div", { className: "dock", tabIndex: -1 }, panel);
     figure.insertBefore(dock, $("figcaption", figure));
     const step = (delta) => {
       const all = blocks(), next = all[all.indexOf(active()) + delta];
@@ -109,6 +132,53 @@
     $(".kb-panel-prev", panel).onclick = () => step(-1);
     $(".kb-panel-next", panel).onclick = () => step(1);
     $(".kb-panel-close", panel).onclick = () => { mark([], null); setHash(""); };
+  }
+
+  /* Lines asked for (#L3-L5) that the excerpt does not show: the whole file has them, so say so
+     and link there, rather than doing nothing. */
+  function away(asked) {
+    const note = $(".kb-away"), dock = panel && panel.parentNode;
+    if (note) note.remove();
+    if (!asked || !dock) return;
+    const [first, last, file] = asked, one = rows().find((row) => fileOf(row) === file);
+    const step = one && one.closest(".code-frame").previousElementSibling;
+    const link = (step && step.matches(".step-head") ? $("a", step) : $("figcaption a", listing.closest(".excerpt") || doc));
+    if (!link) return;
+    const lines = first === last ? `Line ${first}` : `Lines ${first}–${last}`;
+    const to = el("a", { href: link.href.replace(/#.*$/, "") + (first === last ? `#L${first}` : `#L${first}-L${last}`) }, `open ${lines.toLowerCase()} in the whole file`);
+    dock.prepend(el("p", { className: "kb-away" }, `${lines} ${first === last ? "is" : "are"} not in this excerpt: `, to, "."));
+  }
+
+  /* Keys: Esc closes the selection; in the panel, ← and → step (through the state's runs, or the
+     notes); on the code, ↑ and ↓ move a one-line selection (Shift widens it), so every line can
+     be chosen without a pointer. */
+  function onKey(event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const dock = panel && panel.parentNode, inDock = dock && dock.contains(event.target);
+    if (event.key === "Escape" && (active() || $("code > span.sel", listing))) {
+      const back = active() && $(".kb-link", active());
+      mark([], null);
+      setHash("");
+      if (inDock || (active() && active().contains(event.target))) (back || listing).focus();
+      return;
+    }
+    if (inDock && (event.key === "ArrowLeft" || event.key === "ArrowRight")) {
+      const forward = event.key === "ArrowRight";
+      const button = $(forward ? ".st-next" : ".st-prev", dock) || $(forward ? ".kb-panel-next" : ".kb-panel-prev", dock);
+      if (button && !button.disabled) { event.preventDefault(); button.click(); }
+      return;
+    }
+    const pre = event.target.closest && event.target.closest("pre.code");
+    if (pre && listing.contains(pre) && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+      const all = $$("code > span", pre), chosen = all.filter((row) => row.classList.contains("sel"));
+      const edge = event.key === "ArrowDown" ? chosen[chosen.length - 1] : chosen[0];
+      const next = edge ? all[all.indexOf(edge) + (event.key === "ArrowDown" ? 1 : -1)] : all[0];
+      if (!next) return;
+      event.preventDefault();
+      if (!event.shiftKey || anchor === null || anchor[0] !== fileOf(next)) anchor = [fileOf(next), lineOf(next)];
+      selectLines(anchor[1], lineOf(next), false, anchor[0]);
+      if (!InfraLens.showInPane(next, false)) next.scrollIntoView({ block: "nearest" });
+    }
   }
 
   /* The smallest key block bound to a row; clicking it again moves on to the next one there. */
@@ -126,7 +196,9 @@
       : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
     if (onNumber) {
       event.preventDefault();
-      if (!event.shiftKey || anchor === null || anchor[0] !== fileOf(row)) anchor = [fileOf(row), lineOf(row)];
+      // Touch has no Shift: a tap on a second number, while one line is selected, makes the range.
+      const one = $$("code > span.sel", listing).length === 1, widen = event.shiftKey || (event.pointerType === "touch" && one);
+      if (!widen || anchor === null || anchor[0] !== fileOf(row)) anchor = [fileOf(row), lineOf(row)];
       selectLines(anchor[1], lineOf(row), false, anchor[0]);
     } else if (link && link.classList.contains("kb-badge") && link.hash && link.pathname === location.pathname) {
       event.preventDefault();
@@ -142,6 +214,9 @@
     if (!block || (link && !link.matches(".kb-link, .kb-lines a")) || (!link && String(getSelection()))) return;
     event.preventDefault();
     selectBlock(slugOf(block), true);
+    // From the keyboard (a click with no pointer behind it), the focus follows into the panel.
+    const dock = panel && panel.parentNode;
+    if (event.detail === 0 && link && dock) dock.focus({ preventScroll: true });
   }
 
   function followHash(scroll) {
@@ -167,9 +242,10 @@
       };
     });
     addEventListener("hashchange", () => followHash(true));
+    doc.addEventListener("keydown", onKey);
     // The browser jumps to a fragment's element once the page has loaded; show the code after that.
     if (followHash(false)) {
-      const show = () => requestAnimationFrame(() => reveal($("code > span.sel", listing)));
+      const show = () => requestAnimationFrame(() => reveal($("code > span.sel", listing), active()));
       if (doc.readyState === "complete") show(); else addEventListener("load", show);
     }
   }

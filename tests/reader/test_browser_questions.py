@@ -94,6 +94,7 @@ def test_progress_survives_a_reload_marks_the_index_and_resets(tabs) -> None:
     answer(page.locator("#q-per-token"), "1024")
     answer(page.locator("#q-q2"), "9 MiB")  # tried, not right
     page.reload()
+    page.get_by_text("All labs", exact=True).click()  # folded above the page below 100rem
     nav = page.get_by_role("navigation", name="Labs").get_by_role("link", name="Question lab")
     expect(nav).to_contain_text("✓ 1/4")
     expect(nav.locator(".sr")).to_have_text(" (visited, 1 of 4 questions right)")

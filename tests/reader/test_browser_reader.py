@@ -189,7 +189,7 @@ def test_without_javascript_every_section_and_note_reads(open_tab, lab_id: str, 
     # The full file: linked under the excerpt, or in each step's header of a walkthrough.
     links = page.locator(".step-head a" if lab.excerpt.walkthrough else ".excerpt figcaption a")
     assert [links.nth(i).get_attribute("href").split("code/", 1)[1] for i in range(links.count())] == [
-        f"{part.starter.split('code/', 1)[1]}.html#L{part.first}" for part in lab.excerpt.parts
+        f"{part.starter.split('code/', 1)[1]}.html#L{part.first}-L{part.last}" for part in lab.excerpt.parts
     ]
     # Controls that need JS stay out of the way.
     assert page.locator(".theme-toggle").is_hidden()
