@@ -7,6 +7,8 @@ included) or an external link that is not http(s).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from posixpath import dirname, join, normpath
@@ -84,6 +86,18 @@ def _problem(page: str, target: str, ids: dict[str, set[str]], files: set[str]) 
         return f"link leaves the site: {target}"
     if path not in ids and path not in files:
         return f"broken link: {target} (no {path} in the site)"
-    if parts.fragment and path in ids and unquote(parts.fragment) not in ids[path]:
+    if parts.fragment and path in ids and not anchored(unquote(parts.fragment), ids[path]):
         return f"broken anchor: {target} (no id {parts.fragment!r} in {path})"
     return ""
+
+
+LINE_RANGE = re.compile(r"((?:s\d+-)?)L(\d+)-L(\d+)")
+"""A range of lines (`#L12-L18`, `#s2-L3-L5` in a walkthrough's other file), which the reader selects."""
+
+
+def anchored(fragment: str, known: set[str]) -> bool:
+    """Whether a page with these ids has what a fragment names: an id, or both ends of a line range."""
+    if fragment in known:
+        return True
+    lines = LINE_RANGE.fullmatch(fragment)
+    return lines is not None and f"{lines[1]}L{lines[2]}" in known and f"{lines[1]}L{lines[3]}" in known

@@ -67,9 +67,9 @@ class CodeRow:
     line's later rows hang under its code, not under its number."""
 
 
-WRAPS = 64
-"""Columns (code and value hint together) past which a line may wrap on some screen: narrower
-lines never do, and carry no indentation for the page to weigh."""
+WRAPS = 78
+"""Columns (code and value hint together) past which a line may wrap: the narrowest listing that
+wraps (48rem wide) holds about 80, so shorter lines never do and carry no indentation to weigh."""
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,7 @@ class ResultStore:
             record = json.loads((self.slot(key) / "result.json").read_text(encoding="utf-8"))
             record["mark"] = Mark(**record["mark"])
             record["artifacts"] = tuple(record["artifacts"])
+            record["sizes"] = tuple((str(name), int(width), int(height)) for name, width, height in record.get("sizes", ()))
             record["traced"] = tuple(tuple(span) for span in record.get("traced", ()))
             return RunResult(**record)
         except (OSError, ValueError, TypeError, KeyError):

@@ -78,6 +78,7 @@ def run_starter(
         run = execute(command, scratch, side, spec.timeout, running, sandbox, spec.device)
         refused = {name: why for name in spec.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
         written = tuple(name for name in spec.artifacts if name not in refused and Path(scratch, name).exists())
+        sizes = image_sizes(Path(scratch), written)
         if keep is not None:
             for name in written:
                 shutil.copyfile(Path(scratch, name), keep / name, follow_symlinks=False)
@@ -95,11 +96,29 @@ def run_starter(
         mark=starter.mark,
         finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         artifacts=written,
+        sizes=sizes,
         traced=spans,
         state=record_state(source, text, starter, spans, running, sandbox) if spans and status == "passed" else "",
         device=spec.device,
         hardware=(machine or detect_machine()).hardware(spec.device),
     )
+
+
+def image_sizes(folder: Path, names: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
+    """The pixel size of each PNG or SVG among `names` in `folder`, read from its header (imagesize,
+    a small pure-Python reader: no image library to load); an image it cannot measure is left out."""
+    import imagesize  # deferred: only a run that wrote an image needs it
+
+    sizes = []
+    for name in names:
+        if name.endswith((".png", ".svg")):
+            try:
+                width, height = imagesize.get(str(folder / name))
+            except (OSError, ValueError):
+                continue
+            if width > 0 and height > 0:
+                sizes.append((name, int(width), int(height)))
+    return tuple(sizes)
 
 
 def skipped(lab: Lab, starter: Starter, run: RunSpec, why: str, machine: Machine) -> RunResult:

@@ -31,6 +31,9 @@ class RunResult:
     """When the run ended, UTC, ISO 8601 to the second."""
     artifacts: tuple[str, ...] = ()
     """Names of the artifacts the run wrote, kept beside its stored result."""
+    sizes: tuple[tuple[str, int, int], ...] = ()
+    """(name, width, height) in pixels of each image among the artifacts, read when the run ended:
+    a page gives its <img> that size, so the image keeps its place before it loads."""
     cached: bool = False
     """True when this result was read from the store instead of running again."""
     traced: tuple[tuple[int, int], ...] = ()
