@@ -1,7 +1,9 @@
 """Numbers and arithmetic as a calculator shows them: a value in its format and unit, and a result's
 arithmetic with its inputs in place ("2 × 32 layers × 8 KV heads × 128 × 2 B").
 
-Pure. templates/static/calculator.js repeats `show` character for character (tested in Chromium)."""
+Outputs are computed, so `show` rounds them; inputs are what the manifest or a run said, so
+`exact` never does. Pure. templates/static/calculator.js repeats `show`, `exact` and `counted`
+character for character (tested in Chromium)."""
 
 from __future__ import annotations
 
