@@ -11,6 +11,7 @@ roofline picture is `lab.roofline`.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -24,6 +25,7 @@ from infralens.lab.roofline import RooflineView, roofline_view
 from infralens.lab.shown import (
     Case,
     arithmetic,
+    branches,
     headed,
     show,
     show_input,
@@ -296,6 +298,7 @@ def calculator_data(checked: Checked) -> dict:
     outputs = []
     for output in calc.outputs:
         expr = compiled(output.expr.text, frozenset(names))
+        choice = branches(expr)
         names.add(output.name)
         outputs.append({
             "name": output.name,
@@ -304,8 +307,10 @@ def calculator_data(checked: Checked) -> dict:
             "unit": output.unit or "",
             "labels": list(output.labels or ()),
             "digits": output.digits,
-            "pieces": [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in arithmetic(expr)],
+            "pieces": [] if choice else slots(arithmetic(expr)),
+            "branches": [{"when": slots(when), "then": None if then is None else slots(then)} for when, then in choice or ()],
             "js": to_js(expr),
+            "test": condition_js(Expr("", expr.tree.test, frozenset())) if isinstance(expr.tree, ast.IfExp) else None,
         })
     return {
         "inputs": [{
@@ -319,6 +324,11 @@ def calculator_data(checked: Checked) -> dict:
         "requires": [r.message for r in calc.requires],
         "outputs": outputs,
     }
+
+
+def slots(pieces) -> list:
+    """Arithmetic pieces as the script reads them: text, or {"slot": name}."""
+    return [piece if isinstance(piece, str) else {"slot": piece[0]} for piece in pieces]
 
 
 def chart_data(calc: Calculator, cases: tuple[Case, ...]) -> dict | None:
@@ -339,9 +349,11 @@ def calculators_script(checked: list[Checked]) -> str:
     for one in checked:
         data = calculator_data(one)
         functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
+        # The test of a choice (`a if test else b`), so the line says in words which side held.
+        tests = ", ".join(f"{json.dumps(o['name'])}: (v) => {test}" for o in data["outputs"] if (test := o.pop("test")))
         names = frozenset(i.name for i in one.calc.inputs)
         conditions = ", ".join(f"(v) => {condition_js(parse_condition(r.that.text, names))}" for r in one.calc.requires)
-        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, holds: [{conditions}]}})")
+        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, tests: {{{tests}}}, holds: [{conditions}]}})")
     return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
 
 

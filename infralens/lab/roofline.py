@@ -1,5 +1,9 @@
 """The roofline picture of a calculator with `chart: roofline`: one roof per hardware preset, one dot
-per operator preset, on log-log axes, as an SVG the build draws beside the page. Pure."""
+per operator preset, on log-log axes, as an SVG the build draws beside the page. Pure.
+
+The picture is laid out for its narrowest reading too: at a phone's width (templates/calc_chart.svg
+doubles its text there) every other tick label is dropped where they would crowd, and roof labels
+keep a line apart at that size."""
 
 from __future__ import annotations
 
@@ -17,10 +21,15 @@ from infralens.model.calculator import (
     Calculator,
 )
 
-WIDTH, HEIGHT = 640, 380
+WIDTH, HEIGHT = 640, 400
 """The picture's size in SVG units."""
-LEFT, RIGHT, TOP, BOTTOM = 70, 610, 14, 334
-"""Where the plot area's edges stand inside it."""
+LEFT, RIGHT, TOP, BOTTOM = 70, 604, 34, 340
+"""Where the plot area's edges stand inside it (room for text at its largest: the y axis's title
+above it, the x axis's below)."""
+LINE = 24
+"""The height of a line of text at its largest size (templates/calc_chart.svg), in SVG units."""
+CROWDED = 7
+"""From this many ticks on an axis, every other label is dropped at a phone's width."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,8 @@ class Tick:
     at: float
     """Pixels along its axis."""
     text: str
+    minor: bool = False
+    """Its label is dropped at a phone's width, where the axis has too many to read."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +110,14 @@ def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
         return round(BOTTOM - (math.log10(y) - ly0) / (ly1 - ly0) * (BOTTOM - TOP), 1)
 
     roofs = []
-    for (peak, bandwidth), label in roofs_at.items():
+    heights = label_heights([py(peak) - 5 for peak, _ in roofs_at])
+    for ((peak, bandwidth), label), height in zip(roofs_at.items(), heights):
         path, ridge = roof_path(peak, bandwidth, lx0, lx1, ly0, px, py)
-        roofs.append(Roof(label, path, ridge, (RIGHT - 4, py(peak) - 5)))
+        roofs.append(Roof(label, path, ridge, (RIGHT - 4, height)))
     dots = tuple(Dot(n, px(at[chart.x]), py(at[chart.y])) for n, (_, at) in enumerate(operators, 1))
     first = numbers[0]
-    x_ticks = tuple(Tick(px(10.0**k), significant(10.0**k)) for k in range(lx0, lx1 + 1))
-    y_ticks = tuple(Tick(py(10.0**k), "".join(scaled(10.0**k, 1000, SI))) for k in range(ly0, ly1 + 1))
+    x_ticks = ticks([px(10.0**k) for k in range(lx0, lx1 + 1)], [significant(10.0**k) for k in range(lx0, lx1 + 1)])
+    y_ticks = ticks([py(10.0**k) for k in range(ly0, ly1 + 1)], ["".join(scaled(10.0**k, 1000, SI)) for k in range(ly0, ly1 + 1)])
     y_output = next(o for o in calc.outputs if o.name == chart.y)
     summary = "; ".join(f"{label}: flat at {show(peak, 'si', y_output.unit)} from {significant(peak / bandwidth)} FLOP/B" for (peak, bandwidth), label in roofs_at.items())
     return RooflineView(
@@ -113,6 +125,25 @@ def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
         marker=(px(first[chart.x]), py(first[chart.y])), current=roof_path(first[chart.peak], first[chart.bandwidth], lx0, lx1, ly0, px, py)[0],
         summary=summary, span=(lx0, lx1, ly0, ly1),
     )
+
+
+def ticks(places: list[float], texts: list[str]) -> tuple[Tick, ...]:
+    """An axis's ticks; on a crowded axis every other label (the first kept) is minor."""
+    crowded = len(places) >= CROWDED
+    return tuple(Tick(at, text, crowded and index % 2 == 1) for index, (at, text) in enumerate(zip(places, texts)))
+
+
+def label_heights(wanted: list[float]) -> list[float]:
+    """Baselines for the roofs' labels, each as near as it can be to the one wanted (just above its
+    roof) while every two stay a line apart: a higher label is pushed up, and all of them down if
+    the top one would leave the picture."""
+    order = sorted(range(len(wanted)), key=lambda index: -wanted[index])  # lowest on the page first
+    placed = list(wanted)
+    for before, index in zip(order, order[1:]):
+        placed[index] = min(wanted[index], placed[before] - LINE)
+    if order and (short := TOP + LINE - 4 - min(placed)) > 0:
+        placed = [height + short for height in placed]
+    return [round(height, 1) for height in placed]
 
 
 def roof_path(peak: float, bandwidth: float, lx0: int, lx1: int, ly0: int, px, py) -> tuple[str, tuple[float, float] | None]:

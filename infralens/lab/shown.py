@@ -1,11 +1,14 @@
 """Numbers and arithmetic as a calculator shows them: a value in its format and unit, and a result's
 arithmetic with its inputs in place ("2 × 32 layers × 8 KV heads × 128 × 2 B").
 
-Pure. templates/static/calculator.js repeats `show` character for character (tested in Chromium)."""
+Outputs are computed, so `show` rounds them; inputs are what the manifest or a run said, so
+`exact` never does. Pure. templates/static/calculator.js repeats `show`, `exact` and `counted`
+character for character (tested in Chromium)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -29,6 +32,10 @@ UNSHOWN = 1e21
 
 TINY = 1e-6
 """Below this (and above 0) a number is shown as "< 1e-6"."""
+
+
+GIVEN = 6
+"""The significant digits `exact` keeps of a number that is not whole."""
 
 
 def fixed(value: float, decimals: int) -> str:
@@ -69,6 +76,50 @@ def significant(value: Numeric, digits: int = 3) -> str:
     return "0" if text in ("-0", "0") else grouped(text)
 
 
+def exact(value: Numeric) -> str:
+    """A number the manifest or a run gave, never cut to 3 digits: a whole number in full with
+    separators (6,738,415,616 params stays that), anything else to GIVEN significant digits (whole
+    from 10**GIVEN on),
+    trailing zeros dropped (2.039 TB/s stays that; a computed 1/12 reads 0.0833333, not 17 digits
+    of float). Beyond the shown range as `significant`."""
+    if value == 0:
+        return "0"
+    size = abs(value)
+    if size >= UNSHOWN or size < TINY:
+        return significant(value)
+    if float(value).is_integer() or size >= 10**GIVEN:
+        return grouped(fixed(value, 0))
+    # GIVEN digits half away from zero, as JavaScript's toPrecision; then the shortest decimal
+    # that reads back as that float (repr), as its String(number) writes it.
+    held = Decimal(float(value))
+    rounded = float(held.quantize(Decimal(1).scaleb(held.adjusted() - GIVEN + 1), rounding=ROUND_HALF_UP))
+    return grouped(fixed(rounded, 0) if rounded.is_integer() else format(Decimal(repr(rounded)), "f"))
+
+
+def counted(number: str, unit: str | None) -> str:
+    """A shown number and its unit, the unit's plural made singular after 1 ("1 layer", "1 KV head",
+    but "1 B" and "1 FLOP/s"): a unit whose last word is a lowercase plural noun."""
+    if not unit:
+        return number
+    if number.lstrip("-") == "1":
+        unit = singular(unit)
+    return f"{number} {unit}"
+
+
+def singular(unit: str) -> str:
+    """The unit with its last word made singular, if it is a lowercase plural ("KV heads" → "KV head")."""
+    head, _, word = unit.rpartition(" ")
+    if not re.fullmatch(r"[a-z]{2,}s", word) or word.endswith("ss"):
+        return unit
+    if word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif re.search(r"(ch|sh|x|ss)es$", word):
+        word = word[:-2]
+    else:
+        word = word[:-1]
+    return f"{head} {word}" if head else word
+
+
 SI = ("", "k", "M", "G", "T", "P", "E")
 
 
@@ -89,7 +140,7 @@ def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, .
     if fmt == "label" and labels and float(value).is_integer() and 0 <= value < len(labels):
         return labels[int(value)]
     if fmt == "int":
-        return (grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value)) + after
+        return counted(grouped(fixed(value, 0)) if abs(value) < UNSHOWN else significant(value), unit)
     if fmt in ("bytes", "bytes-iec"):
         number, prefix = scaled(value, 1000 if fmt == "bytes" else 1024, SI if fmt == "bytes" else IEC, digits)
         if prefix and float(value).is_integer() and abs(value) < UNSHOWN:
@@ -102,7 +153,7 @@ def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, .
         return f"{significant(value, digits)}×{after}"
     if fmt == "percent":
         return f"{significant(value * 100, digits)}%{after}"
-    return significant(value, digits) + after
+    return counted(significant(value, digits), unit)
 
 
 def shown(output: CalcOutput, value: Numeric) -> str:
@@ -111,13 +162,14 @@ def shown(output: CalcOutput, value: Numeric) -> str:
 
 
 def show_input(calc: Calculator, name: str, value: Numeric | str, bare: bool = False) -> str:
-    """An input's value as the table shows it: a choice's name, or the number, with its unit
-    unless `bare` (the row's heading says it)."""
+    """An input's value as the table shows it: a choice's name, or the number, exactly as given
+    (never rounded: it is what the manifest or the run said), with its unit unless `bare` (the
+    row's heading says it)."""
     field = calc.input(name)
-    unit = f" {field.unit}" if field.unit and not bare else ""
+    unit = None if bare else field.unit
     if field.choices is not None:
-        return f"{value} ({significant(field.number(value))}{unit})"
-    return significant(value / field.scale) + unit
+        return f"{value} ({counted(exact(field.number(value)), unit)})"
+    return counted(exact(value / field.scale), unit)
 
 
 def headed(label: str, unit: str | None) -> str:
@@ -139,6 +191,48 @@ def arithmetic(expr: Expr) -> tuple[Piece, ...]:
     """The expression as a reader writes it (× ÷ ⌈ ⌉ ⌊ ⌋ and powers as ^), with a slot per name."""
     pieces: list[Piece] = []
     _pieces(expr.tree, pieces)
+    return _merged(pieces)
+
+
+Branch = tuple[tuple[Piece, ...], tuple[Piece, ...] | None]
+"""What a result's line says on one side of a choice: the condition that held, in words, and the
+arithmetic of the branch taken (None when that branch is a bare number, as the 1 and 0 of a label)."""
+
+
+def branches(expr: Expr) -> tuple[Branch, Branch] | None:
+    """For an expression `a if test else b`, its lines when the test holds and when it does not
+    ("1,000 FLOP/B ≥ 153 FLOP/B: compute-bound", never "1 if 1,000 FLOP/B < 153 FLOP/B else 0");
+    None for any other expression."""
+    tree = expr.tree
+    if not isinstance(tree, ast.IfExp):
+        return None
+
+    def said(node: ast.AST) -> tuple[Piece, ...]:
+        pieces: list[Piece] = []
+        _pieces(node, pieces)
+        return _merged(pieces)
+
+    def taken(node: ast.AST) -> tuple[Piece, ...] | None:
+        return None if isinstance(node, ast.Constant) else said(node)
+
+    return (said(tree.test), taken(tree.body)), (said(_negated(tree.test)), taken(tree.orelse))
+
+
+_NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+
+
+def _negated(node: ast.expr) -> ast.expr:
+    """The condition that holds when this one does not, as a reader would say it (a < b: a ≥ b)."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        return ast.Compare(left=node.left, ops=[_NEGATED[type(node.ops[0])]()], comparators=node.comparators)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return node.operand
+    if isinstance(node, ast.BoolOp):
+        return ast.BoolOp(op=ast.Or() if isinstance(node.op, ast.And) else ast.And(), values=[_negated(value) for value in node.values])
+    return ast.UnaryOp(op=ast.Not(), operand=node)
+
+
+def _merged(pieces: list[Piece]) -> tuple[Piece, ...]:
     merged: list[Piece] = []
     for piece in pieces:
         if piece == "":

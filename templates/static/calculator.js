@@ -38,7 +38,7 @@ const X = (() => {
    outputs) on first use, then calls InfraLensCalc.open. Numbers are shown exactly as
    infralens/lab/shown.py shows them in the table beside the form (tests/reader/test_browser_calculators.py). */
 const InfraLensCalc = (() => {
-  const UNSHOWN = 1e21, TINY = 1e-6;
+  const UNSHOWN = 1e21, TINY = 1e-6, GIVEN = 6;
   const SI = ["", "k", "M", "G", "T", "P", "E"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
   const fixed = (v, decimals) => (v === 0 ? 0 : v).toFixed(decimals);  // exact, half away from zero
   const grouped = (digits) => {
@@ -63,11 +63,29 @@ const InfraLensCalc = (() => {
     while (index < prefixes.length - 1 && Math.abs(v) >= base ** (index + 1)) index += 1;
     return [significant(v / base ** index, digits), prefixes[index]];
   };
-  const exact = (v) => (Number.isInteger(v) && Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v));
+  /* A number as the manifest or a run gave it: whole in full, else 6 digits, never 3 (shown.exact). */
+  const exact = (v) => {
+    if (v === 0) return "0";
+    if (Math.abs(v) >= UNSHOWN || Math.abs(v) < TINY) return significant(v);
+    if (Number.isInteger(v) || Math.abs(v) >= 10 ** GIVEN) return grouped(fixed(v, 0));
+    const rounded = Number(v.toPrecision(GIVEN));
+    return grouped(Number.isInteger(rounded) ? fixed(rounded, 0) : String(rounded));
+  };
+  /* A number and its unit, "1 layer" and not "1 layers" (shown.counted, shown.singular). */
+  const singular = (unit) => {
+    const cut = unit.lastIndexOf(" "), head = unit.slice(0, cut + 1);
+    let word = unit.slice(cut + 1);
+    if (!/^[a-z]{2,}s$/.test(word) || word.endsWith("ss")) return unit;
+    if (word.endsWith("ies")) word = word.slice(0, -3) + "y";
+    else if (/(ch|sh|x|ss)es$/.test(word)) word = word.slice(0, -2);
+    else word = word.slice(0, -1);
+    return head + word;
+  };
+  const counted = (number, unit) => (unit ? `${number} ${number.replace(/^-/, "") === "1" ? singular(unit) : unit}` : number);
   const show = (v, format, unit, labels, digits = 3) => {
     const after = unit ? " " + unit : "";
     if (format === "label" && labels && Number.isInteger(v) && v >= 0 && v < labels.length) return labels[v];
-    if (format === "int") return (Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v)) + after;
+    if (format === "int") return counted(Math.abs(v) < UNSHOWN ? grouped(fixed(v, 0)) : significant(v), unit);
     if (format === "bytes" || format === "bytes-iec") {
       const [number, prefix] = format === "bytes" ? scaled(v, 1000, SI, digits) : scaled(v, 1024, IEC, digits);
       if (prefix && Number.isInteger(v) && Math.abs(v) < UNSHOWN) return `${number} ${prefix}B (${exact(v)} B)${after}`;
@@ -76,7 +94,7 @@ const InfraLensCalc = (() => {
     if (format === "si") { const [number, prefix] = scaled(v, 1000, SI, digits); return `${number} ${prefix}${unit}`.trimEnd(); }
     if (format === "ratio") return significant(v, digits) + "×" + after;
     if (format === "percent") return significant(v * 100, digits) + "%" + after;
-    return significant(v, digits) + after;
+    return counted(significant(v, digits), unit);
   };
   const shown = (output, v) => show(v, output.format, output.unit, output.labels, output.digits);
   const brief = (output, v) => (output.format === "bytes" || output.format === "bytes-iec" ? `${exact(v)} B${output.unit ? " " + output.unit : ""}` : shown(output, v));
@@ -88,11 +106,11 @@ const InfraLensCalc = (() => {
     const clean = text.trim().replace(/[,_\s]/g, "");
     if (clean === "") return { error: `${field.label}: enter a number.` };
     if (!NUMBER.test(clean)) return { error: `${field.label}: “${text.trim().slice(0, 24)}” is not a number.` };
-    const v = Number(clean) * field.scale, bounds = `${field.unit ? " " + field.unit : ""}`;
+    const v = Number(clean) * field.scale, bound = (limit) => counted(exact(limit / field.scale), field.unit);
     if (!Number.isFinite(v)) return { error: `${field.label}: too large to compute with.` };
     if (field.whole && !Number.isInteger(v)) return { error: `${field.label}: enter a whole number.` };
-    if (field.min !== null && v < field.min) return { error: `${field.label}: at least ${significant(field.min / field.scale)}${bounds}.` };
-    if (field.max !== null && v > field.max) return { error: `${field.label}: at most ${significant(field.max / field.scale)}${bounds}.` };
+    if (field.min !== null && v < field.min) return { error: `${field.label}: at least ${bound(field.min)}.` };
+    if (field.max !== null && v > field.max) return { error: `${field.label}: at most ${bound(field.max)}.` };
     return { value: v };
   };
 
@@ -107,12 +125,21 @@ const InfraLensCalc = (() => {
     }
     return { out, v };
   };
-  const work = (calc, output, v) => output.pieces.map((piece) => {
+  /* A result's arithmetic with the values in place, inputs exactly as given; a choice
+     (`a if test else b`) says in words which side held: "1,000 FLOP/B ≥ 153 FLOP/B: compute-bound". */
+  const said = (calc, pieces, v) => pieces.map((piece) => {
     if (typeof piece === "string") return piece;
     const field = calc.inputs.find((f) => f.name === piece.slot);
-    if (field) return significant(v[piece.slot] / field.scale) + (field.unit ? " " + field.unit : "");
+    if (field) return counted(exact(v[piece.slot] / field.scale), field.unit);
     return brief(calc.outputs.find((o) => o.name === piece.slot), v[piece.slot]);
-  }).join("") + " = " + shown(output, v[output.name]);
+  }).join("");
+  const work = (calc, output, v) => {
+    const result = shown(output, v[output.name]);
+    if (!output.branches.length) return said(calc, output.pieces, v) + " = " + result;
+    const { when, then } = output.branches[calc.tests[output.name](v) ? 0 : 1];
+    return said(calc, when, v) + ": " + (then ? said(calc, then, v) + " = " : "") + result;
+  };
+  const inField = (field, value) => (field.choices ? value : exact(value / field.scale));  // never rounded
 
   /* The form of an opened block: presets by group, one field per input (a log-scale slider under
      the chart's x), each output with its arithmetic in a live region, the status, the share link.
@@ -144,9 +171,9 @@ const InfraLensCalc = (() => {
       const fieldId = `calc-${id}-${field.name}`, box = el("div", { className: "calc-field" }, el("label", { htmlFor: fieldId, textContent: field.label }));
       if (field.choices) {
         box.append(el("select", { id: fieldId, name: field.name }, ...Object.entries(field.choices).map(([name, number]) =>
-          el("option", { value: name, textContent: `${name} (${number}${field.unit ? " " + field.unit : ""})`, selected: name === defaults[field.name] }))));
+          el("option", { value: name, textContent: `${name} (${counted(exact(number), field.unit)})`, selected: name === defaults[field.name] }))));
       } else {
-        const input = el("input", { id: fieldId, name: field.name, type: "text", value: String(Number((defaults[field.name] / field.scale).toPrecision(6))), autocomplete: "off" });
+        const input = el("input", { id: fieldId, name: field.name, type: "text", value: inField(field, defaults[field.name]), autocomplete: "off" });
         input.inputMode = field.whole ? "numeric" : "decimal";
         input.setAttribute("aria-describedby", `${fieldId}-note`);
         box.append(input, el("span", { className: "calc-unit", id: `${fieldId}-note`, textContent: field.unit }));
@@ -183,8 +210,8 @@ const InfraLensCalc = (() => {
     const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
     const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
     const control = (name) => form.elements.namedItem(name);
-    // A field shows 6 significant digits and gives back its value through its scale: a preset is
-    // on when the fields hold its values to that precision.
+    // A field shows a whole value exactly, any other to 6 significant digits, and gives it back
+    // through its scale: a preset is on when the fields hold its values to that precision.
     const same = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 1e-5 * Math.abs(a));
     // The defaults set every input; a preset, the inputs its group sets (hardware keeps the operator).
     const fields = (preset) => (preset.group ? calc.groups[preset.group] : calc.inputs.map((f) => f.name));
@@ -254,7 +281,7 @@ const InfraLensCalc = (() => {
     const fill = (values, then = true) => {  // values as the calculator holds them (unscaled)
       Object.entries(values).forEach(([name, value]) => {
         const field = calc.inputs.find((f) => f.name === name);
-        if (field) control(name).value = field.choices ? value : String(Number((value / field.scale).toPrecision(6)));
+        if (field) control(name).value = inField(field, value);
       });
       if (then) update();
     };
@@ -291,6 +318,6 @@ const InfraLensCalc = (() => {
     return section.opened.then(() => { if (focus) section.querySelector(".calc-form input, .calc-form select").focus(); });
   };
 
-  return { show, significant, read, compute, open };
+  return { show, significant, exact, counted, read, compute, open };
 })();
 window.InfraLensCalc = InfraLensCalc;

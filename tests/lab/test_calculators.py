@@ -11,7 +11,7 @@ from conftest import REPO, TESTS, calculator_labs, run_infralens
 
 from infralens.errors import InputError
 from infralens.lab.calculators import calculators_script, check_calculator, check_lab_calculators, listed_cases, probe_request, starter_probe, unmet
-from infralens.lab.shown import arithmetic, show, show_input, significant
+from infralens.lab.shown import arithmetic, branches, counted, exact, show, show_input, significant
 from infralens.model.expr import ExprError, parse_call, parse_expr
 from infralens.model.parse import parse_lab
 from infralens.model.run import RunResult
@@ -256,6 +256,52 @@ def test_the_arithmetic_reads_as_written_by_hand(expression: str, shown: str) ->
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("expression, held, other", [
+    ("1 if layers < heads else 0", "▢layers < ▢heads", "▢layers ≥ ▢heads"),
+    ("layers * 2 if layers >= heads else heads", "▢layers ≥ ▢heads: ▢layers × 2", "▢layers < ▢heads: ▢heads"),
+    ("1 if layers == 2 and heads != 3 else 0", "▢layers = 2 and ▢heads ≠ 3", "▢layers ≠ 2 or ▢heads = 3"),
+    ("1 if not layers > 2 else 0", "not ▢layers > 2", "▢layers > 2"),
+])
+def test_a_choice_says_in_words_which_side_held(expression: str, held: str, other: str) -> None:
+    """Never "1 if 1,000 FLOP/B < 153 FLOP/B else 0": the condition that held, then the branch's arithmetic."""
+    def line(branch) -> str:
+        when, then = branch
+        text = "".join(p if isinstance(p, str) else "▢" + p[0] for p in when)
+        return text + (": " + "".join(p if isinstance(p, str) else "▢" + p[0] for p in then) if then is not None else "")
+    assert [line(branch) for branch in branches(parse_expr(expression, {"layers", "heads"}))] == [held, other]
+    assert branches(parse_expr("layers * 2", {"layers"})) is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, text", [
+    (6_738_415_616, "6,738,415,616"),  # a parameter count is never rounded to 6,738,420,000
+    (6_738_415_616.0, "6,738,415,616"),
+    (2039e9 / 1e12, "2.039"),  # TB/s as the manifest wrote it, not 2.04
+    (1 / 12, "0.0833333"),  # a computed float: 6 digits, not 17
+    (123_456_789_012.3125, "123,456,789,012"),
+    (0.999999951, "1"),
+    (80_000_000_000, "80,000,000,000"),
+    (-2.5, "-2.5"),
+    (0, "0"),
+    (2e21, "> 1e21"),
+])
+def test_a_given_number_is_shown_as_given(value, text) -> None:
+    assert exact(value) == text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("number, unit, text", [
+    ("1", "layers", "1 layer"), ("1", "KV heads", "1 KV head"), ("-1", "tokens", "-1 token"),
+    ("1", "batches", "1 batch"), ("1", "queries", "1 query"), ("1", "loss", "1 loss"),
+    ("1", "FLOP/s", "1 FLOP/s"), ("1", "B", "1 B"), ("1", "TB/s", "1 TB/s"), ("1", "bits/weight", "1 bits/weight"),
+    ("2", "layers", "2 layers"), ("1.5", "layers", "1.5 layers"), ("1", None, "1"),
+])
+def test_a_count_of_one_takes_the_singular(number: str, unit, text: str) -> None:
+    assert counted(number, unit) == text
+    assert show(1, "int", "sequences") == "1 sequence" and show(1, "number", "layers") == "1 layer"
+
+
+@pytest.mark.unit
 def test_an_output_may_show_more_digits() -> None:
     assert show(4.125, "number", "bits/weight") == "4.13 bits/weight"
     assert show(4.125, "number", "bits/weight", digits=4) == "4.125 bits/weight"
@@ -421,6 +467,9 @@ def test_a_scaled_input_is_typed_in_its_unit_and_computed_in_the_base_one() -> N
     field = calc.input("heads")
     assert field.shown(4000) == "4" and field.shown(2500) == "2.5" and not field.whole
     assert show_input(calc, "heads", 4000) == "4 kheads"
+    assert show_input(calc, "heads", 2039) == "2.039 kheads"  # as given, not 2.04
+    assert show_input(calc, "heads", 1000) == "1 khead"
+    assert show_input(calc, "dtype", "fp32") == "fp32 (4 B)"
     assert dict(check_calculator(calc, None)[0].cases[0].results)["per_layer"] == 16_000  # computed in heads
 
 

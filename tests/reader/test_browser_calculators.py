@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from playwright.sync_api import expect
 
 from infralens.lab.calculators import check_calculator, listed_cases, outputs_at, unmet
-from infralens.lab.shown import show
+from infralens.lab.shown import counted, exact, show
 from infralens.model.expr import ExprError
 
 pytestmark = pytest.mark.browser
@@ -79,7 +79,7 @@ def test_typing_updates_every_result_and_its_arithmetic(tabs) -> None:
 @pytest.mark.parametrize("typed, message", [
     ("", "Heads: enter a number."),
     ("abc", "Heads: “abc” is not a number."),
-    ("0", "Heads: at least 1 heads."),
+    ("0", "Heads: at least 1 head."),  # a count of one is singular
     ("2.5", "Heads: enter a whole number."),
     ("1e400", "Heads: too large to compute with."),
 ])
@@ -244,6 +244,45 @@ def test_the_page_shows_every_number_as_the_build_does(formatter, value: float, 
     assert page == show(value, fmt, unit, tuple(labels), digits)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(
+        st.integers(min_value=-(10**22), max_value=10**22).map(float),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e22, max_value=1e22),
+        st.sampled_from([1 / 12, 2.039, 0.1003, 999999.5, 99999.95, 0.999999951, 1e-6, 123456789012.3125, 6738415616.0, 1.0, -1.0]),
+    ),
+    unit=st.sampled_from(["layers", "KV heads", "FLOP/s", "B", "batches", "queries", "loss", ""]),
+)
+def test_the_page_gives_inputs_and_their_units_as_the_build_does(formatter, value: float, unit: str) -> None:
+    page = formatter.evaluate("([v, u]) => InfraLensCalc.counted(InfraLensCalc.exact(v), u)", [value, unit])
+    assert page == counted(exact(value), unit or None)
+
+
+# --- Lab 07: what the manifest says is what the form shows and computes with ---------------------
+
+
+KV_CACHE = "labs/lab-07-kv-cache/index.html"
+
+
+def test_lab_07_fills_the_exact_parameter_count_and_agrees_with_its_table(real_tabs) -> None:
+    tab = real_tabs()
+    page = started(tab, KV_CACHE)
+    assert page.input_value("#calc-kv-fit-params") == "6,738,415,616"  # never 6,738,420,000
+    table = page.locator("#calc-kv-fit .calc-table tr.calc-out", has=page.locator("th", has_text="Weights held")).locator("td").first.inner_text()
+    assert table == "13.5 GB (13,476,831,232 B)"
+    assert result(page, "weights") == table
+    assert page.locator('[data-work="weights"]').inner_text() == "6,738,415,616 params × 2 B = 13.5 GB (13,476,831,232 B)"
+    assert page.locator("#calc-kv-fit-gpu option:checked").inner_text() == "A100 80GB (80,000,000,000 B)"
+    page.get_by_role("button", name="Llama-2-70B").click()
+    assert page.input_value("#calc-kv-fit-params") == "68,976,648,192"
+    assert page.get_attribute("[data-preset='1']", "aria-pressed") == "true"
+    page.fill("#calc-kv-fit-layers", "1")
+    assert page.locator('[data-work="kv_per_token"]').inner_text() == "2 × 1 layer × 8 KV heads × 128 × 2 B = 4 KiB (4,096 B)"
+    page.fill("#calc-kv-fit-layers", "0")
+    assert page.locator(".calc-status").inner_text() == "Layers: at least 1 layer."
+    assert tab.errors == []
+
+
 # --- The roofline of lab 02: the ring, the bound on both sides of the ridge, the slider -----------
 
 
@@ -285,14 +324,18 @@ def test_the_bound_flips_at_the_ridge_and_the_ring_follows(roofline_tabs) -> Non
     tab = roofline_tabs()
     page = started(tab, ROOFLINE)
     page.get_by_role("button", name="A100 80GB SXM (defaults)").click()
+    assert page.input_value("#calc-roofline-hbm_bytes_per_s") == "2.039"  # TB/s as the starter gives it, not 2.04
     for typed, bound, share in (("152", "memory-bound", "99.3%"), ("153.1", "compute-bound", "100%"), ("0.01", "memory-bound", "0.00654%")):
         page.fill("#calc-roofline-intensity", typed)
         assert result(page, "bound") == bound, typed
         assert result(page, "efficiency") == share, typed
+    page.fill("#calc-roofline-intensity", "152")  # the choice in words, never "1 if … else 0"
+    assert page.locator('[data-work="bound"]').inner_text() == "152 FLOP/B < 153 FLOP/B: memory-bound"
     low = marker(page)
     page.fill("#calc-roofline-intensity", "1000")
     high = marker(page)
     assert high[0] > low[0] and high[1] < low[1]  # right and up (SVG y grows downwards)
+    assert page.locator('[data-work="bound"]').inner_text() == "1,000 FLOP/B ≥ 153 FLOP/B: compute-bound"
     assert result(page, "ridge") == "153 FLOP/B"
     page.get_by_role("button", name="H100 SXM").click()  # hardware changes, the intensity stays
     assert page.input_value("#calc-roofline-intensity") == "1000" and result(page, "ridge") == "295 FLOP/B"
@@ -322,3 +365,24 @@ def test_the_roofline_is_axe_clean_in_both_themes(roofline_tabs) -> None:
         page = started(roofline_tabs(scheme=scheme), ROOFLINE)
         page.get_by_role("button", name="H100 SXM").click()
         assert axe_violations(page) == [], scheme
+
+
+def test_the_roofline_follows_the_theme_and_reads_at_375_px(roofline_tabs) -> None:
+    """Inlined, the chart takes the page's colours, the theme toggle's included; as an image, its
+    own light-dark() colours follow the color-scheme of the page around it; on a phone its text is
+    larger and crowded ticks lose every other label."""
+    tab = roofline_tabs(scheme="light")
+    page = started(tab, ROOFLINE)
+    page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    panel = page.evaluate("getComputedStyle(document.querySelector('#calc-roofline .panel')).fill")
+    assert panel == page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(20, 23, 27)"
+    narrow = started(roofline_tabs(width=375, scheme="dark"), ROOFLINE)
+    text = narrow.locator("#calc-roofline svg text").first
+    assert float(text.evaluate("t => getComputedStyle(t).fontSize").removesuffix("px")) >= 20  # about 11 px once the picture is scaled to the phone
+    assert narrow.locator("#calc-roofline svg .minor").count() > 0
+    assert all(not box.is_visible() for box in narrow.locator("#calc-roofline svg .minor").all())
+    image = roofline_tabs(width=375, js=False, scheme="dark").goto(ROOFLINE).locator("#calc-roofline .calc-chart img")
+    assert image.bounding_box()["width"] >= 300  # the figure keeps no 40px sides
+    svg = image.page.context.request.get(image.evaluate("img => img.src")).text()
+    assert "light-dark(#fbfaf7,#14171b)" in svg and "svg:root{color-scheme:light dark}" in svg
+    assert tab.errors == []
