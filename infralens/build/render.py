@@ -66,6 +66,17 @@ class CodeRow:
     """The line's leading indentation in columns, when it is long enough to wrap (WRAPS): a wrapped
     line's later rows hang under its code, not under its number."""
 
+    @property
+    def classes(self) -> str:
+        """The row's classes: `bound` (a note's line), `gap` (lines left out above) and `i8`, its
+        indentation to a multiple of 4 (INDENTS), which a wrapped line's later rows hang under."""
+        hang = min(self.indent // 4 * 4, INDENTS)
+        return " ".join(name for name, on in (("bound", self.slugs), ("gap", self.gap_before), (f"i{hang}", hang)) if on)
+
+
+INDENTS = 24
+"""Deepest indentation the theme hangs a wrapped line under (its .i4 … .i24 classes)."""
+
 
 WRAPS = 78
 """Columns (code and value hint together) past which a line may wrap: the narrowest listing that
