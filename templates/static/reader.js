@@ -257,7 +257,7 @@
   const early = window.InfraLensEarlyClick;
   if (early) {  // the click that asked for the reader: handle it now
     window.InfraLensEarlyClick = null;
-    const replay = { target: early.target, clientX: early.clientX, shiftKey: early.shiftKey, preventDefault() {} };
+    const replay = { target: early.target, clientX: early.clientX, shiftKey: early.shiftKey, detail: early.detail, pointerType: early.pointerType, preventDefault() {} };
     if (early.target.closest(".key-blocks")) onBlockClick(replay);  // a note, under the code or beside it
     else if (listing && listing.contains(early.target)) onListingClick(replay);
     else early.target.closest("a") && early.target.closest("a").click();

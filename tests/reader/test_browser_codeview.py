@@ -137,3 +137,66 @@ def test_in_print_nothing_stands_over_the_code_and_tables_fit(tab, lab_id: str) 
     clipped = page.evaluate("""() => [...document.querySelectorAll('.calc table')].filter((table) =>
       table.getBoundingClientRect().right > document.querySelector('.content').getBoundingClientRect().right + 1).length""")
     assert clipped == 0
+
+
+def selected(page) -> list[str]:
+    return page.eval_on_selector_all(".excerpt code > span.sel", "rows => rows.map((r) => r.id)")
+
+
+def test_the_keyboard_moves_and_widens_a_selection_on_the_code_and_esc_closes_it(tab) -> None:
+    opened = tab(width=1100)
+    page = opened.goto("labs/lab-01-transformer-memory/index.html")
+    first = page.eval_on_selector(".excerpt code > span", "row => row.id")
+    page.focus(".excerpt pre.code")
+    page.wait_for_function("window.InfraLensReader === true")
+    page.keyboard.press("ArrowDown")
+    assert selected(page) == [first]
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Shift+ArrowDown")
+    rows = page.eval_on_selector_all(".excerpt code > span", "rows => rows.map((r) => r.id)")
+    assert selected(page) == rows[1:3]
+    assert page.evaluate("location.hash") == f"#{rows[1]}-{rows[2]}"
+    page.keyboard.press("Escape")
+    assert selected(page) == []
+    assert opened.errors == []
+
+
+def test_a_note_chosen_from_the_keyboard_takes_the_focus_into_its_panel_and_arrows_step(tab) -> None:
+    page = tab(width=1100).goto("labs/lab-05-flash-attention-cpu/index.html")
+    notes = page.eval_on_selector_all(".key-block", "notes => notes.map((n) => n.id)")
+    page.focus(f"#{notes[0]} .kb-link")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.activeElement && document.activeElement.closest('.dock')")
+    page.keyboard.press("ArrowRight")  # the state's next run, or the next note where there is none
+    page.keyboard.press("Escape")
+    assert selected(page) == []
+    assert page.evaluate("document.activeElement.classList.contains('kb-link')")
+
+
+def test_on_a_touch_screen_two_taps_on_line_numbers_select_a_range(chromium, valued_site: Path) -> None:
+    with served(valued_site) as url:
+        context = chromium.new_context(viewport={"width": 375, "height": 740}, has_touch=True, is_mobile=True)
+        try:
+            page = context.new_page()
+            page.goto(url + "labs/lab-01-transformer-memory/index.html")
+            rows = page.eval_on_selector_all(".excerpt code > span", "rows => rows.map((r) => r.id)")
+            page.tap(f"#{rows[2]}", position={"x": 12, "y": 6})  # on its number
+            page.wait_for_function("window.InfraLensReader === true")
+            page.wait_for_function(f"document.getElementById('{rows[2]}').classList.contains('sel')")
+            page.tap(f"#{rows[5]}", position={"x": 12, "y": 6})
+            assert selected(page) == rows[2:6]
+        finally:
+            context.close()
+
+
+def test_lines_the_excerpt_does_not_show_are_offered_in_the_whole_file(tab) -> None:
+    opened = tab(width=1100)
+    page = opened.goto("labs/lab-01-transformer-memory/index.html#L3-L5")
+    away = page.locator(".kb-away")
+    away.wait_for()
+    assert "Lines 3–5 are not in this excerpt" in away.inner_text()
+    href = away.locator("a").get_attribute("href")
+    assert href.endswith("code/lab-01-transformer-memory/memory_accounting.py.html#L3-L5")
+    away.locator("a").click()
+    page.wait_for_function("document.querySelectorAll('pre.code > code > span.sel').length === 3")
+    assert opened.errors == []
