@@ -75,7 +75,7 @@ def test_a_key_block_that_opts_out_is_not_traced_and_a_starter_that_opts_out_tra
 def test_each_line_shows_its_last_value_with_how_often_it_ran(sample) -> None:
     spans = traced_spans(sample.lab, sample.excerpt)
     page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
-    assert page.lines[9].hint == "→ 8,192 (last of 32)"
+    assert page.lines[9].hint == "→ 8,192 (last of 32 runs)"
     assert page.lines[10].hint == "→ 524,288"
     # The panel's data keeps every kept run, in order, for stepping.
     assert [s["n"] for s in page.data["lines"]["9"]["s"]] == [1, 2, 3, 32]
@@ -116,12 +116,13 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
 @pytest.mark.unit
 def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
     line = LineState(number=5, results=(), inputs=(Shown("config", "Config(…)"),), returned="6,738,415,616", count=3, exact=True, run=3)
-    assert line.hint == "↩ 6,738,415,616 (last of 3)"
-    # Calls are kept 1-3 and at powers of two: the one shown is named when it is not the last.
+    line = replace(line, kind="call")
+    assert line.hint == "↩ 6,738,415,616 (last of 3 calls)"
+    # Calls are kept 1-3 and at powers of two (and the last, while RETURNS lasts): the one shown is
+    # named when it is not the last.
     assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
-    assert replace(line, exact=False).hint == "↩ 6,738,415,616 (call 3 of 3+)"
     # A procedure's return says nothing: its inputs are shown instead, or no hint at all.
-    procedure = LineState(number=7, results=(), inputs=(Shown("self", "<Block>"), Shown("n", "4")), returned="None", count=1, exact=True)
+    procedure = LineState(number=7, results=(), inputs=(Shown("self", "<Block>"), Shown("n", "4")), returned="None", count=1, exact=True, kind="call")
     assert procedure.hint == "⬇ n = 4"
     assert replace(procedure, inputs=(Shown("self", "<Block>"),)).hint == ""
     # A tensor at a line's end is its shape and dtype; its bytes and values are in the table and panel.
@@ -193,11 +194,11 @@ def test_values_a_spawned_rank_recorded_say_which_rank_once_per_table(sample) ->
     page = page_state(sample.lab, sample.excerpt, run_with(ranked, spans), spans)
     assert page.data["lines"]["9"]["p"] == "rank 0"
     table = block_table(page, sample.excerpt.key_blocks[0])
-    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192"),)
+    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs)"),)
     mixed = {**ranked, "lines": {**ranked["lines"], "10": STATE["lines"]["10"]}}
     both = replace(sample.excerpt.key_blocks[0], last=10)
     table = block_table(page_state(sample.lab, sample.excerpt, run_with(mixed, spans), spans), both)
-    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (in rank 0)"), (10, "out", "total", "524,288"))
+    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs) (in rank 0)"), (10, "out", "total", "524,288"))
 
 
 @pytest.mark.cli
