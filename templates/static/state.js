@@ -17,11 +17,12 @@
 
   /* What a line's shown sample means, in words: where the value was taken, how often the line ran. */
   function note(e, s) {
-    const call = s.k && e.a > 1 ? ` call ${fmt(s.k)} of ${fmt(e.a)}` : s.k ? " the call" : " the script";
+    const call = s.k && e.a > 1 ? " call " + fmt(s.k) + " of " + fmt(e.a) : s.k ? " the call" : " the script";
+    const which = s.k && e.a > 1 ? ", in call " + fmt(s.k) + " of " + fmt(e.a) : "";
     const names = s.v.map(([name]) => "`" + name + "`").join(", ") || "it";
     const out = [];
     if (s.at) out.push(`The tracer counted ${fmt(e.c)} runs of this line, then let the run go on untraced to keep it fast; the value is what ${names} held when${call} ${s.k ? "returned" : "ended"}.`);
-    else if (!e.x) out.push(`At least ${fmt(e.c)} runs: some went untraced, to keep the run fast; shown: run ${fmt(s.n)}${s.k && e.a > 1 ? `, in call ${fmt(s.k)} of ${fmt(e.a)}` : ""}.`);
+    else if (!e.x) out.push(`At least ${fmt(e.c)} runs: some went untraced, to keep the run fast; shown: run ${fmt(s.n)}${which}.`);
     if (e.t) out.push(`True ${fmt(e.t[0])} times, false ${fmt(e.t[1])} times, in the runs traced.`);
     return out.join(" ");
   }
@@ -118,7 +119,8 @@
       }
       if (!c && !s) list.append(el("li", { className: "st-none" }, step && step.kind === "call" ? "not run in this call" : "not recorded"));
       const runs = (call || line).c;
-      if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, line && !call ? (s.at ? `at return, after ${tot(line)} runs` : s.n === runs && line.x ? `last of ${fmt(runs)} runs` : `run ${fmt(s.n)} of ${tot(line)}`) : `last of ${fmt(runs)} calls`));
+      if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, !line || call ? "last of " + fmt(runs) + " calls"
+        : s.at ? "at return, after " + tot(line) + " runs" : s.n === runs && line.x ? "last of " + fmt(runs) + " runs" : "run " + fmt(s.n) + " of " + tot(line)));
       box.append(list);
       const words = s && note(line, s);
       if (words) box.append(el("p", { className: "st-note" }, words));
