@@ -44,6 +44,7 @@ import math
 import os
 import runpy
 import sys
+import time
 import types
 from opcode import opmap
 
@@ -57,6 +58,9 @@ a function called a million times would otherwise crawl)."""
 RETURNS = 2_000
 """Untraced calls of one function whose return is still recorded (a summary each): past them, the
 page shows the last call that was, and says which."""
+RETURN_SECONDS = 0.2
+"""Time the summaries at those returns may take, per function, before its calls run untraced
+(a method that holds a large tensor would otherwise pay for its min and max on every call)."""
 MAX_BYTES = 64 * 1024
 """Largest state a run may record, as JSON."""
 TEXT = 80
@@ -371,6 +375,8 @@ class Tracer:
         self.call_samples: dict[object, Samples] = {}
         self.binders: dict[object, dict[str, int]] = {}
         """Per code object, each name → the statement that bound it last in its last traced call."""
+        self.return_time: dict[object, float] = {}
+        """Per code object, the seconds its untraced calls' summaries took (RETURN_SECONDS)."""
         self.returns_left: dict[object, int] = {}
         """Per code object, how many more untraced calls may have their return recorded (RETURNS)."""
         self.live: dict[int, tuple] = {}
@@ -397,7 +403,7 @@ class Tracer:
         if (calls > SAMPLES and calls & (calls - 1)) or self.spent.get(code, 0) >= LINE_BUDGET:
             self.skipped.add(code)  # not one of the first calls nor a power of two, or over budget
             left = self.returns_left.get(code, RETURNS)
-            if left <= 0 or not (code in self.binders or code in self.call_samples):
+            if left <= 0 or self.return_time.get(code, 0.0) > RETURN_SECONDS or not (code in self.binders or code in self.call_samples):
                 return None
             self.returns_left[code] = left - 1
             # Its lines run untraced; its return is still seen, which may be the function's last.
@@ -469,7 +475,7 @@ class FrameTracer:
         self.unsummarized: dict[int, int] = {}
         """Statements whose last run is not summarized yet → that run's number."""
         code = frame.f_code
-        self.stopped = not lines
+        self.stopped = self.untraced = not lines
         """Whether this frame's lines are no longer traced (values are then summarized at return)."""
         self.binder: dict[str, int] = {} if lines else dict(tracer.binders.get(code, {}))
         """Each name → the statement that bound it last in this frame (an untraced frame: in the last traced one)."""
@@ -513,7 +519,17 @@ class FrameTracer:
         return self.trace
 
     def returned(self, frame, arg) -> None:
-        """Finish the frame: its last statement, its values at return, what it returned."""
+        """Finish the frame: its last statement, its values at return, what it returned; an
+        untraced call's summaries are timed against RETURN_SECONDS."""
+        if self.untraced:
+            started = time.perf_counter()
+            self.finish_call(frame, arg)
+            code = frame.f_code
+            self.tracer.return_time[code] = self.tracer.return_time.get(code, 0.0) + time.perf_counter() - started
+        else:
+            self.finish_call(frame, arg)
+
+    def finish_call(self, frame, arg) -> None:
         if self.branch is not None:
             self.decide(frame, None)
         self.finish(frame)
