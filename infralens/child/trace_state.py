@@ -59,7 +59,7 @@ RETURNS = 2_000
 """Untraced calls of one function whose return is still recorded (a summary each): past them, the
 page shows the last call that was, and says which."""
 RETURN_SECONDS = 0.2
-"""Time the summaries at those returns may take, per function, before its calls run untraced
+"""Time the summaries at those calls and returns may take, per function, before its calls run untraced
 (a method that holds a large tensor would otherwise pay for its min and max on every call)."""
 MAX_BYTES = 64 * 1024
 """Largest state a run may record, as JSON."""
@@ -403,12 +403,15 @@ class Tracer:
         if (calls > SAMPLES and calls & (calls - 1)) or self.spent.get(code, 0) >= LINE_BUDGET:
             self.skipped.add(code)  # not one of the first calls nor a power of two, or over budget
             left = self.returns_left.get(code, RETURNS)
-            if left <= 0 or self.return_time.get(code, 0.0) > RETURN_SECONDS or not (code in self.binders or code in self.call_samples):
+            if left <= 0 or self.return_time.get(code, 0.0) > RETURN_SECONDS or not (code in self.binders or code in self.call_samples) or code.co_name.startswith("<"):
                 return None
             self.returns_left[code] = left - 1
             # Its lines run untraced; its return is still seen, which may be the function's last.
+            started = time.perf_counter()
             frame.f_trace_lines = False
-            return FrameTracer(self, frame, calls, lines=False).trace
+            tracer = FrameTracer(self, frame, calls, lines=False)
+            self.return_time[code] = self.return_time.get(code, 0.0) + time.perf_counter() - started
+            return tracer.trace
         return FrameTracer(self, frame, calls).trace
 
     guarded = False
