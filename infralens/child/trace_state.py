@@ -10,9 +10,21 @@ What is recorded, for each statement that starts inside a range:
 - the names it binds or mutates (assignment targets, `for` and `with` targets, augmented
   assignments, the base of a subscript or attribute it assigns to), each as a short summary taken
   right after the statement ran;
+- for an expression statement that is a call, what it was called on or handed: the receiver of a
+  method (`x.add_(y)` → x, `cache.append(k)` → cache), else its plain arguments
+  (`dist.all_reduce(total)` → total); modules, functions and classes are left out;
+- for `return EXPR`, the value returned ("return"), from the frame's return event;
+- for `if`, `elif` and `while`, the branch taken ("branch": true when the next line the frame ran
+  is in the body), and how often each way ("taken": [true, false]);
 - for a function whose `def` is inside a range: its parameters at entry and its return value.
-A statement run many times keeps its first SAMPLES runs and its last, with the total count; a
-frame that has traced LINE_BUDGET lines stops being traced (its counts then say "at least").
+A statement run many times keeps its first SAMPLES runs and its last, with the total count, and
+each line says how many calls its function had ("calls"). A frame that has traced LINE_BUDGET
+lines stops being traced: its counts then say "at least" ("exact": false), and when it returns,
+each name is summarized once more and kept as the last sample of the statement that bound it
+last while traced ("at": "return"): a line in a hot loop shows its final value, not the one it had
+when tracing stopped. A call left untraced (past the first SAMPLES calls and not a power of two,
+or over budget) gets a tracer of its return alone, while RETURNS lasts per function, which keeps
+its return value, and its names' values at return as above: the page can show the last call.
 
 Only frames of the starter's own file whose lines touch a range are traced; every other frame
 runs at full speed. What the tracer does must not show in what the starter measures: a tensor's
@@ -32,6 +44,8 @@ import math
 import os
 import runpy
 import sys
+import time
+import types
 from opcode import opmap
 
 RETURN_VALUE, YIELD_VALUE = opmap["RETURN_VALUE"], opmap["YIELD_VALUE"]
@@ -41,6 +55,12 @@ SAMPLES = 3
 LINE_BUDGET = 20_000
 """Line events the frames of one function may trace in all, before it runs untraced (a hot loop or
 a function called a million times would otherwise crawl)."""
+RETURNS = 2_000
+"""Untraced calls of one function whose return is still recorded (a summary each): past them, the
+page shows the last call that was, and says which."""
+RETURN_SECONDS = 0.2
+"""Time the summaries at those calls and returns may take, per function, before its calls run untraced
+(a method that holds a large tensor would otherwise pay for its min and max on every call)."""
 MAX_BYTES = 64 * 1024
 """Largest state a run may record, as JSON."""
 TEXT = 80
@@ -264,6 +284,31 @@ def statement_names(source: str) -> tuple[dict[int, list[str]], dict[int, int]]:
     return names, functions
 
 
+def statement_shapes(source: str) -> tuple[dict[int, tuple[int, int, int]], set[int], dict[int, tuple[str | None, list[str]]]]:
+    """Return, by the line each starts on: the conditions (`if`, `elif`, `while`) as (last line of
+    the test, first and last line of the body), the `return EXPR` statements, and the expression
+    statements that are calls as (the receiver of a method, or None; the plain names handed)."""
+    branches: dict[int, tuple[int, int, int]] = {}
+    returns: set[int] = set()
+    effects: dict[int, tuple[str | None, list[str]]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.If, ast.While)):
+            branches[node.lineno] = (node.test.end_lineno or node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            returns.add(node.lineno)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            receiver = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            handed = [dotted(a) for a in (*call.args, *(k.value for k in call.keywords)) if isinstance(a, (ast.Name, ast.Attribute))]
+            effects[node.lineno] = (receiver, [name for name in dict.fromkeys(handed) if name and name != receiver])
+    return branches, returns, effects
+
+
+def inert(value) -> bool:
+    """Whether a value says nothing as what a call was handed: a module, a function or a class."""
+    return isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+
+
 # ---------------------------------------------------------------- the tracer
 
 
@@ -274,6 +319,10 @@ class Samples:
         self.count = 0
         self.kept: list[dict] = []
         self.exact = True
+        self.taken: list[int] | None = None
+        """For a condition: how often it was true, and false."""
+        self.tail = False
+        """Whether the last record kept is a later one set by set_last, to be replaced by the next."""
 
     def add(self, record: dict) -> None:
         self.count += 1
@@ -282,16 +331,21 @@ class Samples:
             self.kept.append(record)
         else:
             self.kept[-1] = record
+        self.tail = False
 
     def set_last(self, record: dict) -> None:
         """Keep a record of a later run (its "n" set) as the last one."""
-        if len(self.kept) < SAMPLES + 1:
-            self.kept.append(record)
-        else:
+        if self.tail or len(self.kept) > SAMPLES:
             self.kept[-1] = record
+        else:
+            self.kept.append(record)
+        self.tail = True
 
     def as_json(self) -> dict:
-        return {"count": self.count, "exact": self.exact, "samples": self.kept}
+        entry = {"count": self.count, "exact": self.exact, "samples": self.kept}
+        if self.taken is not None:
+            entry["taken"] = self.taken
+        return entry
 
 
 class Tracer:
@@ -301,6 +355,13 @@ class Tracer:
         self.filename = filename
         self.ranges = ranges
         self.names, self.functions = statement_names(source)
+        self.branches, self.returns, self.effects = statement_shapes(source)
+        for line, (receiver, handed) in self.effects.items():
+            self.names[line] = list(dict.fromkeys([*self.names.get(line, ()), *([receiver] if receiver else ()), *handed]))
+        self.settled: set[int] = set()
+        """Call statements whose names are known to hold values (not modules, functions, classes)."""
+        self.mutators: set[int] = set()
+        """Call statements that call a method of a value: they own that name as an assignment does."""
         self.lines: dict[int, Samples] = {}
         self.calls: dict[int, Samples] = {}
         self.spans: dict[object, bool] = {}
@@ -312,6 +373,12 @@ class Tracer:
         """Code objects with calls or lines left untraced: their statements' counts are lower bounds."""
         self.line_code: dict[int, object] = {}
         self.call_samples: dict[object, Samples] = {}
+        self.binders: dict[object, dict[str, int]] = {}
+        """Per code object, each name → the statement that bound it last in its last traced call."""
+        self.return_time: dict[object, float] = {}
+        """Per code object, the seconds its untraced calls' summaries took (RETURN_SECONDS)."""
+        self.returns_left: dict[object, int] = {}
+        """Per code object, how many more untraced calls may have their return recorded (RETURNS)."""
         self.live: dict[int, tuple] = {}
         """Frames being traced now, so a state taken before they return (at os._exit) has their last runs."""
 
@@ -335,7 +402,16 @@ class Tracer:
         calls = self.called[code] = self.called.get(code, 0) + 1
         if (calls > SAMPLES and calls & (calls - 1)) or self.spent.get(code, 0) >= LINE_BUDGET:
             self.skipped.add(code)  # not one of the first calls nor a power of two, or over budget
-            return None
+            left = self.returns_left.get(code, RETURNS)
+            if left <= 0 or self.return_time.get(code, 0.0) > RETURN_SECONDS or not (code in self.binders or code in self.call_samples) or code.co_name.startswith("<"):
+                return None
+            self.returns_left[code] = left - 1
+            # Its lines run untraced; its return is still seen, which may be the function's last.
+            started = time.perf_counter()
+            frame.f_trace_lines = False
+            tracer = FrameTracer(self, frame, calls, lines=False)
+            self.return_time[code] = self.return_time.get(code, 0.0) + time.perf_counter() - started
+            return tracer.trace
         return FrameTracer(self, frame, calls).trace
 
     guarded = False
@@ -354,18 +430,29 @@ class Tracer:
             for code in own_code():
                 skip(code)
 
+    def samples(self, line: int, code) -> Samples:
+        """The samples of a line, made on its first run."""
+        samples = self.lines.get(line)
+        if samples is None:
+            samples = self.lines[line] = Samples()
+            self.line_code[line] = code
+        return samples
+
     def result(self) -> dict:
         for frame_tracer, frame in list(self.live.values()):
             frame_tracer.finish(frame)
             frame_tracer.flush(frame)
-        for line, samples in self.lines.items():
-            samples.exact = self.line_code[line] not in self.skipped
+        lines = {}
+        for line, samples in sorted(self.lines.items()):
+            code = self.line_code[line]
+            samples.exact = code not in self.skipped
+            lines[str(line)] = {**samples.as_json(), "calls": self.called.get(code, 1) if code.co_name != "<module>" else 0}
         for code, samples in self.call_samples.items():
             samples.count = self.called[code]  # every call counted, traced or not
         state = {
             "version": 1,
             "truncated": False,
-            "lines": {str(line): samples.as_json() for line, samples in sorted(self.lines.items())},
+            "lines": lines,
             "calls": {str(line): samples.as_json() for line, samples in sorted(self.calls.items())},
         }
         return state
@@ -377,18 +464,26 @@ class FrameTracer:
     A statement's first SAMPLES runs are summarized as they happen; a later run is only counted,
     and its values are summarized once, when the frame returns (or stops being traced), for the
     names no statement of the frame has rebound since. A loop body run 65,536 times thus costs a
-    count per run, not a summary: what the tracer adds to a timed loop stays small.
+    count per run, not a summary: what the tracer adds to a timed loop stays small. A frame whose
+    lines stop being traced (over budget, or never traced: `lines=False`) summarizes at its return
+    each name the statement that bound it last while traced: its value as the call returned.
     """
 
-    def __init__(self, tracer: Tracer, frame, index: int) -> None:
+    def __init__(self, tracer: Tracer, frame, index: int, lines: bool = True) -> None:
         self.tracer = tracer
         self.pending: int | None = None
+        self.branch: int | None = None
+        """A condition whose branch the next line run tells."""
         self.call = None
         self.unsummarized: dict[int, int] = {}
         """Statements whose last run is not summarized yet → that run's number."""
-        self.binder: dict[str, int] = {}
-        """Each name → the statement that bound it last in this frame."""
         code = frame.f_code
+        self.stopped = self.untraced = not lines
+        """Whether this frame's lines are no longer traced (values are then summarized at return)."""
+        self.binder: dict[str, int] = {} if lines else dict(tracer.binders.get(code, {}))
+        """Each name → the statement that bound it last in this frame (an untraced frame: in the last traced one)."""
+        self.observed: dict[int, list[tuple[str, int | None]]] = {}
+        """Each call statement → its names, each with the statement that had bound it when the call last ran."""
         self.index = index if code.co_name != "<module>" else 0
         definition = tracer.functions.get(code.co_firstlineno)
         if definition is not None and tracer.inside(definition) and self.index:
@@ -402,61 +497,149 @@ class FrameTracer:
 
     def trace(self, frame, event, arg):
         if event == "line":
-            self.finish(frame)
             line = frame.f_lineno
-            if self.tracer.names.get(line) and self.tracer.inside(line):  # a statement that binds something
-                self.pending = line
+            if self.branch is not None and not self.branch < line <= self.tracer.branches[self.branch][0]:
+                self.decide(frame, line)
+            self.finish(frame)
+            if self.tracer.inside(line):
+                if self.tracer.names.get(line):  # a statement that binds something
+                    self.pending = line
+                elif line in self.tracer.branches and self.tracer.branches[line][1] != line:
+                    self.branch = line
             code = frame.f_code
             spent = self.tracer.spent[code] = self.tracer.spent.get(code, 0) + 1
             if spent >= LINE_BUDGET:  # a hot loop or a hot function: stop tracing its lines
+                self.branch = None
                 self.finish(frame)
                 self.flush(frame)
                 frame.f_trace_lines = False
+                self.stopped = True
                 self.tracer.skipped.add(code)
         elif event == "return":
-            self.finish(frame)
-            self.flush(frame)
-            self.tracer.live.pop(id(self), None)
-            if self.call is not None:
-                left_by = frame.f_code.co_code[frame.f_lasti]
-                if left_by == RETURN_VALUE:
-                    self.call["return"] = summarize(arg)
-                elif left_by != YIELD_VALUE:  # left by an exception, not a return
-                    self.call["raised"] = True
+            self.returned(frame, arg)
+        elif event == "exception":
+            self.branch = None  # the next line run is a handler's, not a branch
         return self.trace
+
+    def returned(self, frame, arg) -> None:
+        """Finish the frame: its last statement, its values at return, what it returned; an
+        untraced call's summaries are timed against RETURN_SECONDS."""
+        if self.untraced:
+            started = time.perf_counter()
+            self.finish_call(frame, arg)
+            code = frame.f_code
+            self.tracer.return_time[code] = self.tracer.return_time.get(code, 0.0) + time.perf_counter() - started
+        else:
+            self.finish_call(frame, arg)
+
+    def finish_call(self, frame, arg) -> None:
+        if self.branch is not None:
+            self.decide(frame, None)
+        self.finish(frame)
+        if self.stopped:
+            self.at_return(frame)
+        else:
+            self.flush(frame)
+        self.tracer.binders[frame.f_code] = self.binder
+        self.tracer.live.pop(id(self), None)
+        code = frame.f_code
+        left_by = code.co_code[frame.f_lasti]
+        if left_by == RETURN_VALUE:
+            summary = None
+            if self.call is not None:
+                summary = self.call["return"] = summarize(arg)
+            line = frame.f_lineno
+            own = not code.co_name.startswith("<") or code.co_name == "<module>"  # not a comprehension's or lambda's return
+            if own and line in self.tracer.returns and self.tracer.inside(line):
+                samples = self.tracer.samples(line, code)
+                record = {"values": {}, "return": summary if summary is not None else summarize(arg)}
+                if self.index:
+                    record["call"] = self.index
+                samples.add(record)
+        elif left_by != YIELD_VALUE and self.call is not None:  # left by an exception, not a return
+            self.call["raised"] = True
+
+    def decide(self, frame, line: int | None) -> None:
+        """Record which way the pending condition went, now that the next line (or None: the
+        frame's return) is known."""
+        at, self.branch = self.branch, None
+        _, first, last = self.tracer.branches[at]
+        taken = line is not None and first <= line <= last
+        samples = self.tracer.samples(at, frame.f_code)
+        if samples.taken is None:
+            samples.taken = [0, 0]
+        samples.taken[0 if taken else 1] += 1
+        record: dict = {"values": {}, "branch": taken}
+        if self.index:
+            record["call"] = self.index
+        if len(samples.kept) < SAMPLES:
+            samples.add(record)
+        else:
+            samples.count += 1
+            record["n"] = samples.count
+            samples.set_last(record)
 
     def finish(self, frame) -> None:
         """Record what the pending statement bound, now that it has run."""
         line, self.pending = self.pending, None
         if line is None:
             return
-        names = self.tracer.names[line]
-        for name in names:
-            self.binder[name] = line
-        samples = self.tracer.lines.get(line)
-        if samples is None:
-            samples = self.tracer.lines[line] = Samples()
-        self.tracer.line_code[line] = frame.f_code
+        samples = self.tracer.samples(line, frame.f_code)
         if len(samples.kept) < SAMPLES:
-            samples.add(self.record(frame, names))
+            samples.add(self.record(frame, self.tracer.names[line], line))
             self.unsummarized.pop(line, None)
         else:
             samples.count += 1
             self.unsummarized[line] = samples.count
+        if line in self.tracer.effects and line not in self.tracer.mutators:  # a call that reads its names: their binder still owns them
+            self.observed[line] = [(name, self.binder.get(name)) for name in self.tracer.names[line]]
+        else:
+            for name in self.tracer.names[line]:
+                self.binder[name] = line
 
     def flush(self, frame) -> None:
         """Summarize the last run of each statement that ran since its last summary, as far as the
         frame still holds what that run bound."""
         for line, run in self.unsummarized.items():
-            names = [name for name in self.tracer.names[line] if self.binder.get(name) == line]
+            names = self.owned(line)
             if names:
-                record = self.record(frame, names)
+                record = self.record(frame, names, line)
                 record["n"] = run
                 self.tracer.lines[line].set_last(record)
         self.unsummarized.clear()
 
-    def record(self, frame, names: list[str]) -> dict:
+    def owned(self, line: int) -> list[str]:
+        """The names a statement's last run left as they are now: those no statement rebound since
+        (for a call statement: those whose binding it saw is still the last)."""
+        observed = self.observed.get(line)
+        if observed is not None:
+            return [name for name, binder in observed if self.binder.get(name) == binder]
+        return [name for name in self.tracer.names[line] if self.binder.get(name) == line]
+
+    def at_return(self, frame) -> None:
+        """Summarize, as the frame returns, each name as the last sample of the statement that
+        bound it last while traced: what a line in an untraced stretch holds at the end."""
+        by_line: dict[int, list[str]] = {line: self.owned(line) for line in self.observed}
+        for name, line in self.binder.items():
+            by_line.setdefault(line, []).append(name)
+        for line, names in sorted(by_line.items()):
+            samples = self.tracer.lines.get(line)
+            if samples is None:
+                continue
+            record = self.record(frame, names, line)
+            last = samples.kept[-1] if samples.kept else {}
+            if record["values"] and (samples.tail or record["values"] != last.get("values") or last.get("call") != record.get("call")):
+                # (the same values as a run summarized as it ran, in the same call: that sample says it already)
+                record["n"] = samples.count
+                record["at"] = "return"
+                samples.set_last(record)
+        self.unsummarized.clear()
+
+    def record(self, frame, names: list[str], line: int) -> dict:
         values = {}
+        effect = self.tracer.effects.get(line)
+        if effect is not None and line not in self.tracer.settled:
+            names = self.settle(frame, line, effect)
         for name in names:
             found, value = lookup(frame, name)
             if found:
@@ -465,6 +648,22 @@ class FrameTracer:
         if self.index:
             record["call"] = self.index
         return record
+
+    def settle(self, frame, line: int, effect: tuple[str | None, list[str]]) -> list[str]:
+        """Decide once what a call statement shows: the receiver of its method when that is a
+        value (`x.add_(y)` → x), else the values it was handed (`dist.all_reduce(total)` → total)."""
+        receiver, handed = effect
+        def value(name: str) -> bool:
+            found, held = lookup(frame, name)
+            return found and not inert(held)
+        if receiver and value(receiver):
+            names = [receiver]
+            self.tracer.mutators.add(line)  # a method changes what it is called on, as an assignment would
+        else:
+            names = [name for name in handed if not name.startswith("__") and value(name)]
+        self.tracer.names[line] = names
+        self.tracer.settled.add(line)
+        return names
 
 
 def lookup(frame, name: str):

@@ -5,6 +5,19 @@ its resolved excerpt → what each line shows (a short hint at its end, a table 
 data the page's state panel steps through), and the text of every recorded value for the claims
 check. A run's state is shown only when it passed and recorded exactly the lines the excerpt has
 now; any other state is stale, and nothing of it is shown.
+
+One wording says which run a value is from and how often its line ran, at a line's end (`hint`),
+in a note's table (no JS) and in the panel (state.js, which also says it in a sentence):
+- `→ 524,288`: the line ran once. `↩ 6,738` a `return` line or a function's return, `→ true` a
+  condition (true when the body ran next), `⬇ n = 4` a procedure's inputs.
+- `(last of 32 runs)`: the value after the last of 32 runs, all traced (`(last of 3 calls)` for
+  a `def` line); `(run 3 of 39)`: a kept run that is not the last, named.
+- `≥ 9,728`: a count that is a lower bound, the runs traced before tracing stopped or while calls
+  went untraced; never a bare "+".
+- `(at return; ≥ 9,728 runs)`: the line's frame stopped being traced (a hot loop), and the value
+  is what the name held when the call returned (`at the end` for module code), not a stale one.
+- `call 2 of 2; …` first when the line's function ran more than once: which call it is from.
+- `3 true, 1 false` last for a condition run more than once: how often each way, in the runs traced.
 """
 
 from __future__ import annotations
@@ -13,9 +26,10 @@ import ast
 import json
 import re
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import PurePosixPath
 
-from infralens.child.trace_state import python_of, statement_names
+from infralens.child.trace_state import python_of, statement_names, statement_shapes
 from infralens.errors import Problem, Problems
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
@@ -48,6 +62,7 @@ class LineState:
     results: tuple[Shown, ...]
     inputs: tuple[Shown, ...]
     returned: str | None
+    """A `def` line: what its call returned; a `return EXPR` line: the value it returned."""
     count: int
     """How many times the line ran (or the function was called)."""
     exact: bool
@@ -56,32 +71,73 @@ class LineState:
     """Which run (or call) the values are from: the last one kept, not always the last one made."""
     process: str = ""
     """The process that recorded them, when not the starter's own (a spawned rank: 'rank 0')."""
+    kind: Literal["bound", "call", "return", "branch"] = "bound"
+    """What the line is: a statement that binds (or a call that changes) names, a `def` line, a
+    `return EXPR`, a condition (`if`, `elif`, `while`)."""
+    at_return: bool = False
+    """The values were taken when the call returned (the script ended), after its lines stopped being traced."""
+    call: int = 0
+    """Which call of the line's function the values are from (0: module code)."""
+    calls: int = 0
+    """How many calls the line's function had, traced or not (0: module code)."""
+    branch: bool | None = None
+    """A condition: whether it was true on the run shown."""
+    taken: tuple[int, int] | None = None
+    """A condition: how often it was true and false, in the runs traced."""
+
+    @property
+    def value(self) -> str:
+        """The value part of the hint: `→ 524,288`, `→ a = 1, b = 2`, `↩ 6,738,415,616`, `→ true`."""
+        shown_inputs = [s for s in self.inputs if s.name not in RECEIVERS]
+        if self.kind == "branch":
+            return "→ " + ("true" if self.branch else "false")
+        if self.kind == "return":
+            return "↩ " + brief(self.returned or "")
+        if self.kind == "call" and self.returned == "None":  # a procedure: what it was called with says more
+            if not shown_inputs:
+                return ""
+            return "⬇ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in shown_inputs)
+        if self.kind == "call":
+            return "↩ " + brief(self.returned or "")
+        if len(self.results) == 1:
+            return "→ " + brief(self.results[0].value)
+        return "→ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in self.results)
+
+    @property
+    def when(self) -> str:
+        """Which run the value is from and how often the line ran, in the site's one wording (see
+        the module docstring), or '' for a line run once."""
+        total = f"{'≥ ' if not self.exact else ''}{self.count:,}"
+        parts = []
+        runs = f"{total} run{'s' if self.count != 1 else ''}"
+        if self.kind == "call":
+            if self.count > 1:
+                parts.append(f"last of {total} calls" if self.run == self.count else f"call {self.run:,} of {total}")
+        elif self.kind == "return" and self.calls > 1:  # once per call: which call is the count that matters
+            parts.append(f"last of {self.calls:,} calls" if self.call == self.calls else f"call {self.call:,} of {self.calls:,}")
+        else:
+            if self.calls > 1 and self.call:
+                parts.append(f"call {self.call:,} of {self.calls:,}")
+            if self.at_return:
+                parts.append("at return" if self.call else "at the end")
+                if self.count > 1 or not self.exact:
+                    parts.append(runs)
+            elif self.count > 1:
+                parts.append(f"last of {total} runs" if self.run == self.count and self.exact else f"run {self.run:,} of {total}")
+            if self.taken and self.count > 1:
+                parts.append(f"{self.taken[0]:,} true, {self.taken[1]:,} false")
+        return f"({'; '.join(parts)})" if parts else ""
 
     @property
     def hint(self) -> str:
-        """The text at the end of the line: `→ 524,288`, `→ a = 1, b = 2`, or `↩ 6,738,415,616` for
-        a call; `(last of 32)` after it when the line ran 32 times, or `(call 32 of 60)` when the
-        run shown is not the last (a function called 60 times keeps calls 1-3 and powers of two)."""
-        shown_inputs = [s for s in self.inputs if s.name not in RECEIVERS]
-        if self.returned == "None":  # a procedure: what it was called with says more
-            if not shown_inputs:
-                return ""
-            text = "⬇ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in shown_inputs)
-        elif self.returned is not None:
-            text = "↩ " + brief(self.returned)
-        elif len(self.results) == 1:
-            text = "→ " + brief(self.results[0].value)
-        else:
-            text = "→ " + ", ".join(f"{s.name} = {brief(s.value)}" for s in self.results)
+        """The text at the end of the line: the value cut to HINT characters, then `when`."""
+        text = self.value
+        if not text:
+            return ""
         if len(text) > HINT:
             text = text[: HINT - 1] + "…"
-        if self.count > 1:
-            total = f"{self.count:,}{'' if self.exact else '+'}"
-            if self.run == self.count and self.exact:
-                text += f" (last of {total})"
-            else:
-                text += f" ({'call' if self.returned is not None else 'run'} {self.run:,} of {total})"
-        return text
+        when = self.when
+        return f"{text} {when}" if when else text
 
 
 _ARRAY = re.compile(r"\b(Tensor|ndarray) (\([^)]*\)) (\S+) \S+ [\d,]+ B(?: \[[^\]]*\])?(?: min \S+ max \S+?(?=, |[)\]}]|$))?")
@@ -127,6 +183,8 @@ def recorded_text(state_json: str) -> str:
     for entry in state.get("lines", {}).values():
         for sample in entry.get("samples", ()):
             values.extend(str(v) for v in sample.get("values", {}).values())
+            if "return" in sample:
+                values.append(str(sample["return"]))
     for entry in state.get("calls", {}).values():
         for sample in entry.get("samples", ()):
             values.extend(str(v) for v in sample.get("inputs", {}).values())
@@ -145,7 +203,34 @@ def allowed(name: str, choices: list[StateChoice]) -> bool:
     return all(choice.allows(name) for choice in choices)
 
 
-def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> PageState | None:
+def line_sample(sample: dict, choices: list[StateChoice]) -> dict:
+    """One kept run of a line as the panel reads it: run number, call, values, and where they
+    apply, taken at return (at), the branch taken (b), the value returned (r)."""
+    kept = {"n": sample.get("n", 1), "k": sample.get("call", 0), "v": [[name, str(value)] for name, value in sample.get("values", {}).items() if allowed(name, choices)]}
+    if sample.get("at") == "return":
+        kept["at"] = 1
+    if isinstance(sample.get("branch"), bool):
+        kept["b"] = sample["branch"]
+    if "return" in sample:
+        kept["r"] = str(sample["return"])
+    return kept
+
+
+def recordable(source: SourceFile, spans: tuple[tuple[int, int], ...]) -> list[int]:
+    """The lines in the spans where a statement starts that the tracer records something for: what
+    the panel needs to tell a line that did not run from one that has nothing to record."""
+    text = python_of(source.text, python_blocks(source.text)) if source.path.endswith(".md") else source.text
+    try:
+        names, functions = statement_names(text)
+        branches, returns, effects = statement_shapes(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found = {line for line, bound in names.items() if bound} | set(branches) | returns | set(functions.values())
+    found |= {line for line, (receiver, handed) in effects.items() if receiver or handed}
+    return sorted(line for line in found if any(first <= line <= last for first, last in spans))
+
+
+def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tuple[tuple[int, int], ...], source: SourceFile | None = None) -> PageState | None:
     """Return what the page shows of a run's state, or None when there is nothing (fresh) to show."""
     state = recorded(result, spans)
     if state is None:
@@ -166,13 +251,22 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
         if number not in shown_lines or not samples or any(not c.shown for c in choices):
             continue
-        kept = [{"n": s.get("n", 1), "k": s.get("call", 0), "v": pairs(s.get("values", {}), choices)} for s in samples]
-        if not any(sample["v"] for sample in kept):
+        kept = [line_sample(s, choices) for s in samples]
+        last = kept[-1]
+        kind = "branch" if "b" in last else "return" if "r" in last else "bound"
+        if kind == "bound" and not any(sample["v"] for sample in kept):
             continue
         process = str(entry.get("process") or "")
-        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "s": kept, "p": process}
-        last = kept[-1]["v"]
-        lines[number] = LineState(number=number, results=tuple(Shown(*pair) for pair in last), inputs=(), returned=None, count=data_lines[key]["c"], exact=data_lines[key]["x"], run=kept[-1]["n"], process=process)
+        taken = entry.get("taken")
+        taken = (int(taken[0]), int(taken[1])) if isinstance(taken, list) and len(taken) == 2 else None
+        data_lines[key] = {"c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "a": int(entry.get("calls", 0) or 0), "s": kept, "p": process}
+        if taken:
+            data_lines[key]["t"] = list(taken)
+        lines[number] = LineState(
+            number=number, results=tuple(Shown(*pair) for pair in last["v"]), inputs=(), returned=last.get("r"), count=data_lines[key]["c"],
+            exact=data_lines[key]["x"], run=last["n"], process=process, kind=kind, at_return=bool(last.get("at")), call=last["k"],
+            calls=data_lines[key]["a"], branch=last.get("b"), taken=taken,
+        )
     for key, entry in state.get("calls", {}).items():
         number = int(key)
         choices = choice_for(number, starter.state, own)
@@ -185,12 +279,14 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         last = kept[-1]
         lines[number] = LineState(
             number=number, results=(), inputs=tuple(Shown(*pair) for pair in last["i"]), returned=last["r"] if last["r"] is not None else "None",
-            count=data_calls[key]["c"], exact=data_calls[key]["x"], run=last["k"], process=process,
+            count=data_calls[key]["c"], exact=data_calls[key]["x"], run=last["k"], process=process, kind="call",
         )
     if not lines:
         return None
     finished = result.finished if result else ""
     data = {"run": finished, "truncated": bool(state.get("truncated")), "lines": data_lines, "calls": data_calls}
+    if source is not None:
+        data["w"] = recordable(source, spans)
     return PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
 
 
@@ -227,11 +323,14 @@ def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
         if line is None:
             continue
         where = f" (in {line.process})" if line.process else ""
+        when = f" {line.when}" if line.when else ""
         processes.add(line.process)
         rows += [(number, "in", s.name, s.value + where) for s in line.inputs if s.name not in RECEIVERS]
-        rows += [(number, "out", s.name, s.value + where) for s in line.results]
-        if line.returned is not None and line.returned != "None":
-            rows.append((number, "return", "return", line.returned + where))
+        rows += [(number, "out", s.name, s.value + when + where) for s in line.results]
+        if line.kind == "branch":
+            rows.append((number, "out", "condition", ("true" if line.branch else "false") + when + where))
+        if line.returned is not None and line.returned != "None" or line.kind == "return":
+            rows.append((number, "return", "return", f"{line.returned}{when}{where}"))
     if not rows:
         return None
     if len(processes) == 1:  # one process recorded them all: say so once
@@ -330,7 +429,7 @@ def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) 
 
 def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:
     """The values the previewed starter's checked run recorded, and the script the reader's panel loads."""
-    state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
+    state = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt), sources.get(excerpt.starter))
     if state is None:
         return Published()
     return Published(state, ((f"{PurePosixPath(lab_url(lab.id)).parent}/{STATE_FILE}", state_script(state)),))

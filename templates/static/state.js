@@ -1,14 +1,31 @@
 /* InfraLens execution state panel. Loaded on a reader's first selection of lines or a note, before
    the lab's recorded state (state.js beside the page, which calls InfraLensState). For the
    selected lines it lists what the checked run recorded: a function's inputs (⬇) and return (↩),
-   and what each line bound (⬆). A function called several times, or a line run many times,
-   kept its first runs and its last: the reader steps through them (‹ call 2 of 5 ›). */
+   what each line bound (⬆), the branch a condition took (⑂) and what a return line returned (↩).
+   A function called several times, or a line run many times, kept its first runs and its last:
+   the reader steps through them (‹ call 2 of 5 ›). Counts and "at return" read as on the line ends
+   (lab/state.py's wording, "≥" for a lower bound), each said once more in a sentence; a selected
+   line with nothing to show says why. */
 (() => {
   const doc = document, { el } = InfraLens;
   let data = null, panel = null, body = null, live = null, wanted = null, at = 0;
 
   const lineOf = (row) => +row.id.slice(1);
   const fmt = (n) => n.toLocaleString("en-US");
+  const tot = (e) => (e.x ? "" : "≥ ") + fmt(e.c);
+  const ranges = (ns) => ns.map((n) => "line " + n).join(", ");
+
+  /* What a line's shown sample means, in words: where the value was taken, how often the line ran. */
+  function note(e, s) {
+    const call = s.k && e.a > 1 ? " call " + fmt(s.k) + " of " + fmt(e.a) : s.k ? " the call" : " the script";
+    const which = s.k && e.a > 1 ? ", in call " + fmt(s.k) + " of " + fmt(e.a) : "";
+    const names = s.v.map(([name]) => "`" + name + "`").join(", ") || "it";
+    const out = [];
+    if (s.at) out.push(`The tracer counted ${fmt(e.c)} runs of this line, then let the run go on untraced to keep it fast; the value is what ${names} held when${call} ${s.k ? "returned" : "ended"}.`);
+    else if (!e.x) out.push(`At least ${fmt(e.c)} runs: some went untraced, to keep the run fast; shown: run ${fmt(s.n)}${which}.`);
+    if (e.t) out.push(`True ${fmt(e.t[0])} times, false ${fmt(e.t[1])} times, in the runs traced.`);
+    return out.join(" ");
+  }
 
   /* The runs to step through: a selected function's calls, else the runs of its busiest line. */
   function steps(numbers) {
@@ -18,7 +35,7 @@
       .sort((a, b) => b.s.length - a.s.length)[0];
     if (!busiest) return null;
     const calls = new Set(busiest.s.map((s) => s.k));
-    return { kind: calls.size > 1 ? "run" : "iteration", count: busiest.c, exact: busiest.x, list: busiest.s.map((s) => s.n), entry: busiest };
+    return { kind: calls.size > 1 ? "run" : "iteration", count: busiest.c, exact: busiest.x, list: busiest.s.map((s) => s.n), at: busiest.s.map((s) => s.at), entry: busiest };
   }
 
   /* The sample of an entry to show at this step: of the chosen call, else at the same place. */
@@ -49,8 +66,8 @@
       panel.append(body, live);
       wanted.dock.append(panel);
     }
-    const numbers = wanted.rows.map(lineOf).filter((n) => data && (data.lines[n] || data.calls[n]));
-    panel.hidden = !data || !numbers.length;
+    const all = wanted.rows.map(lineOf), numbers = all.filter((n) => data && (data.lines[n] || data.calls[n]));
+    panel.hidden = !data || !all.length;
     if (panel.hidden) return;
     const step = steps(numbers);
     if (step) at = Math.min(at, step.list.length - 1);
@@ -74,9 +91,10 @@
       };
       prev.onclick = () => go(-1, ".st-prev", ".st-next");
       next.onclick = () => go(1, ".st-next", ".st-prev");
-      const label = el("span", { className: "st-at" }, `${step.kind} ${fmt(step.list[at])} of ${fmt(step.count)}${step.exact ? "" : "+"}`);
+      const of = tot({ c: step.count, x: step.exact });
+      const label = el("span", { className: "st-at" }, step.at && step.at[at] ? `at return, after ${of} ${step.kind}s` : `${step.kind} ${fmt(step.list[at])} of ${of}`);
       bar.append(prev, " ", label, " ", next);
-      if (step.list.length < step.count) bar.append(" ", el("span", { className: "st-kept" }, `(${step.list.length} of ${fmt(step.count)} kept)`));
+      if (step.list.length < step.count) bar.append(" ", el("span", { className: "st-kept" }, `(${step.list.length} of ${of} kept)`));
       body.append(bar);
     }
     for (const n of numbers) {
@@ -94,13 +112,25 @@
         c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value));
         if (c.r !== null) item(list, "↩", "returned", "return", c.r);
       }
-      if (s) s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value));
+      if (s) {
+        s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value));
+        if ("b" in s) item(list, "⑂", "branch", "condition", s.b ? "true" : "false");
+        if ("r" in s) item(list, "↩", "returned", "return", s.r);
+      }
       if (!c && !s) list.append(el("li", { className: "st-none" }, step && step.kind === "call" ? "not run in this call" : "not recorded"));
       const runs = (call || line).c;
-      if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, `last of ${fmt(runs)} runs`));
+      if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, !line || call ? "last of " + fmt(runs) + " calls"
+        : s.at ? "at return, after " + tot(line) + " runs" : s.n === runs && line.x ? "last of " + fmt(runs) + " runs" : "run " + fmt(s.n) + " of " + tot(line)));
       box.append(list);
+      const words = s && note(line, s);
+      if (words) box.append(el("p", { className: "st-note" }, words));
       body.append(box);
     }
+    // No line of the selection is left out without a reason.
+    const quiet = all.filter((n) => !numbers.includes(n)), w = new Set(data.w || []);
+    const idle = quiet.filter((n) => w.has(n)), blank = quiet.filter((n) => !w.has(n));
+    if (idle.length) body.append(el("p", { className: "st-none" }, `Not recorded: ${ranges(idle)} did not run in the checked run${data.truncated ? ", or were cut from its state (truncated)" : ""}.`));
+    if (blank.length && (!numbers.length || blank.length < 4)) body.append(el("p", { className: "st-none" }, `Nothing to record on ${ranges(blank)}: no name bound, no condition, call or return starts there.`));
   }
 
   window.InfraLensState = (recorded) => { data = recorded; if (wanted) render(); };

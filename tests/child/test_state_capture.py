@@ -153,20 +153,23 @@ def test_the_tracer_records_bindings_loops_and_calls_and_prints_what_the_starter
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout == "total 90 kv __main__\n"
     lines = state["lines"]
-    assert lines["9"] == {"count": 1, "exact": True, "samples": [{"values": {"total": "0"}, "n": 1}]}
+    assert lines["9"] == {"count": 1, "exact": True, "samples": [{"values": {"total": "0"}, "n": 1}], "calls": 0}
     loop = lines["11"]  # total += scale(i): ten runs, the first three and the last kept
     assert (loop["count"], loop["exact"]) == (10, True)
     assert [s["values"]["total"] for s in loop["samples"]] == ["0", "2", "6", "90"]
     assert [s["n"] for s in loop["samples"]] == [1, 2, 3, 10]
     assert [s["values"]["i"] for s in lines["10"]["samples"]] == ["0", "1", "2", "9"]
     assert lines["12"]["samples"][0]["values"] == {"name": "'kv'"}
-    calls = state["calls"]["4"]  # every call counted; the first three and the powers of two traced
-    assert calls["count"] == 10
-    assert [c["call"] for c in calls["samples"]] == [1, 2, 3, 8]
+    calls = state["calls"]["4"]  # every call counted; the first three and the powers of two traced,
+    assert calls["count"] == 10  # the others' returns seen: the last kept is the last call
+    assert [c["call"] for c in calls["samples"]] == [1, 2, 3, 10]
     assert calls["samples"][1] == {"call": 2, "inputs": {"x": "1", "k": "2"}, "return": "2", "n": 2}
     body = lines["5"]  # y = x * k, traced on calls 1, 2, 3, 4 and 8 only: a lower bound
-    assert (body["count"], body["exact"]) == (5, False)
-    assert [s["call"] for s in body["samples"]] == [1, 2, 3, 8]
+    assert (body["count"], body["exact"], body["calls"]) == (5, False, 10)
+    assert [s["call"] for s in body["samples"]] == [1, 2, 3, 10]  # the last: y as call 10 returned
+    assert body["samples"][-1] == {"values": {"y": "18"}, "call": 10, "n": 5, "at": "return"}
+    returned = lines["6"]  # return y: the value each call returned
+    assert [(s["call"], s["return"]) for s in returned["samples"]] == [(1, "0"), (2, "2"), (3, "4"), (10, "18")]
     assert state["truncated"] is False
 
 
@@ -186,6 +189,86 @@ def test_a_hot_loop_stops_being_traced_and_says_its_count_is_a_lower_bound(tmp_p
     body = state["lines"]["4"]
     assert body["exact"] is False and body["count"] < 50_000
     assert state["calls"]["1"]["samples"][0]["return"] == f"{sum(range(50_000)):,}"
+    # Its last sample is what s held when the call returned, not when tracing stopped.
+    assert body["samples"][-1]["values"] == {"s": f"{sum(range(50_000)):,}"} and body["samples"][-1]["at"] == "return"
+    assert state["lines"]["3"]["samples"][-1]["values"] == {"i": "49,999"}
+    assert state["lines"]["5"]["samples"][-1]["return"] == f"{sum(range(50_000)):,}"
+    assert state["lines"]["2"]["samples"] == [{"values": {"s": "0"}, "call": 1, "n": 1}]  # rebound since: its own run stays
+
+
+@pytest.mark.cli
+def test_a_hot_loop_at_module_level_ends_with_its_final_value(tmp_path: Path) -> None:
+    code = "total = 0\nfor i in range(30_000):\n    total += i\nprint(total)\n"
+    traced, state, plain = trace(tmp_path, code, [[1, 4]])
+    assert traced.stdout == plain.stdout
+    last = state["lines"]["3"]["samples"][-1]
+    assert last["values"] == {"total": f"{sum(range(30_000)):,}"} and last["at"] == "return" and "call" not in last
+
+
+CONDITIONS = """\
+import math
+
+
+def check(loss, items):
+    cache = []
+    if not math.isfinite(loss):
+        return -1
+    elif loss > 1:
+        cache.append(loss)
+    while len(cache) < 3:
+        cache.append(0)
+    items.sort()
+    math.sqrt(loss)
+    print(loss)
+    return len(cache)
+
+
+for v in (0.5, 2.0, float("nan")):
+    check(v, [3, 1, 2])
+"""
+
+
+@pytest.mark.cli
+def test_conditions_record_the_branch_taken_and_how_often_each_way(tmp_path: Path) -> None:
+    traced, state, plain = trace(tmp_path, CONDITIONS, [[4, 15]])
+    assert traced.returncode == 0 and traced.stdout == plain.stdout
+    lines = state["lines"]
+    assert [s["branch"] for s in lines["6"]["samples"]] == [False, False, True] and lines["6"]["taken"] == [1, 2]
+    assert [s["branch"] for s in lines["8"]["samples"]] == [False, True]  # elif: run only when the if was false
+    assert lines["10"]["taken"] == [5, 2]  # while: 3 + 2 passes, then false twice
+    assert lines["10"]["samples"][-1] == {"values": {}, "branch": False, "call": 2, "n": 7}
+
+
+@pytest.mark.cli
+def test_return_lines_record_the_value_returned(tmp_path: Path) -> None:
+    traced, state, _ = trace(tmp_path, CONDITIONS, [[4, 15]])
+    lines = state["lines"]
+    assert [(s["call"], s["return"]) for s in lines["7"]["samples"]] == [(3, "-1")]
+    assert [(s["call"], s["return"]) for s in lines["15"]["samples"]] == [(1, "3"), (2, "3")]
+
+
+@pytest.mark.cli
+def test_call_statements_record_what_they_changed_or_were_handed_never_a_module(tmp_path: Path) -> None:
+    traced, state, _ = trace(tmp_path, CONDITIONS, [[4, 15]])
+    lines = state["lines"]
+    assert lines["9"]["samples"][0]["values"] == {"cache": "[2]"}  # cache.append(loss): the receiver
+    assert lines["11"]["samples"][-1]["values"] == {"cache": "[2, 0, 0]"}
+    assert lines["12"]["samples"][0]["values"] == {"items": "[1, 2, 3]"}  # items.sort(): sorted in place
+    assert lines["13"]["samples"][0]["values"] == {"loss": "0.5"}  # math.sqrt(loss): a module's function, its argument
+    assert lines["14"]["samples"][0]["values"] == {"loss": "0.5"}  # print(loss)
+    # cache = [] keeps the value it bound: the appends after it own what they changed.
+    assert lines["5"]["samples"][0]["values"] == {"cache": "[]"} and lines["5"]["samples"][-1]["values"] == {"cache": "[]"}
+
+
+@pytest.mark.unit
+def test_statement_shapes_name_conditions_returns_and_calls() -> None:
+    from infralens.child.trace_state import statement_shapes
+
+    source = "def f(x, dist, y):\n    if x:\n        y = 1\n    while (x and\n           y):\n        x.add_(y)\n    dist.all_reduce(x)\n    f(y)\n    return x\n"
+    branches, returns, effects = statement_shapes(source)
+    assert branches == {2: (2, 3, 3), 4: (5, 6, 6)}
+    assert returns == {9}
+    assert effects == {6: ("x", ["y"]), 7: ("dist", ["x"]), 8: (None, ["y"])}
 
 
 @pytest.mark.cli
@@ -227,7 +310,7 @@ def test_a_markdown_starters_blocks_are_traced_at_their_lines_of_the_md_file(tmp
     run = subprocess.run([sys.executable, str(SCRIPT), str(starter), str(spec)], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
     assert run.returncode == 0 and run.stdout == "4096\n"
     lines = json.loads((tmp_path / "state.json").read_text())["lines"]
-    assert {line: entry["samples"][-1]["values"] for line, entry in lines.items()} == {"6": {"size": "4,096"}, "13": {"double": "8,192"}}
+    assert {line: entry["samples"][-1]["values"] for line, entry in lines.items()} == {"6": {"size": "4,096"}, "7": {"size": "4,096"}, "13": {"double": "8,192"}}  # 7: print(size) was handed size
 
 
 SPAWNING = """\

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, run_infralens
+from conftest import REPO, TESTS, run_infralens
 
 from infralens.build import load_project
 from infralens.build.memory import resolve
@@ -75,7 +75,7 @@ def test_a_key_block_that_opts_out_is_not_traced_and_a_starter_that_opts_out_tra
 def test_each_line_shows_its_last_value_with_how_often_it_ran(sample) -> None:
     spans = traced_spans(sample.lab, sample.excerpt)
     page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
-    assert page.lines[9].hint == "→ 8,192 (last of 32)"
+    assert page.lines[9].hint == "→ 8,192 (last of 32 runs)"
     assert page.lines[10].hint == "→ 524,288"
     # The panel's data keeps every kept run, in order, for stepping.
     assert [s["n"] for s in page.data["lines"]["9"]["s"]] == [1, 2, 3, 32]
@@ -116,12 +116,13 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
 @pytest.mark.unit
 def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
     line = LineState(number=5, results=(), inputs=(Shown("config", "Config(…)"),), returned="6,738,415,616", count=3, exact=True, run=3)
-    assert line.hint == "↩ 6,738,415,616 (last of 3)"
-    # Calls are kept 1-3 and at powers of two: the one shown is named when it is not the last.
+    line = replace(line, kind="call")
+    assert line.hint == "↩ 6,738,415,616 (last of 3 calls)"
+    # Calls are kept 1-3 and at powers of two (and the last, while RETURNS lasts): the one shown is
+    # named when it is not the last.
     assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
-    assert replace(line, exact=False).hint == "↩ 6,738,415,616 (call 3 of 3+)"
     # A procedure's return says nothing: its inputs are shown instead, or no hint at all.
-    procedure = LineState(number=7, results=(), inputs=(Shown("self", "<Block>"), Shown("n", "4")), returned="None", count=1, exact=True)
+    procedure = LineState(number=7, results=(), inputs=(Shown("self", "<Block>"), Shown("n", "4")), returned="None", count=1, exact=True, kind="call")
     assert procedure.hint == "⬇ n = 4"
     assert replace(procedure, inputs=(Shown("self", "<Block>"),)).hint == ""
     # A tensor at a line's end is its shape and dtype; its bytes and values are in the table and panel.
@@ -193,11 +194,11 @@ def test_values_a_spawned_rank_recorded_say_which_rank_once_per_table(sample) ->
     page = page_state(sample.lab, sample.excerpt, run_with(ranked, spans), spans)
     assert page.data["lines"]["9"]["p"] == "rank 0"
     table = block_table(page, sample.excerpt.key_blocks[0])
-    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192"),)
+    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs)"),)
     mixed = {**ranked, "lines": {**ranked["lines"], "10": STATE["lines"]["10"]}}
     both = replace(sample.excerpt.key_blocks[0], last=10)
     table = block_table(page_state(sample.lab, sample.excerpt, run_with(mixed, spans), spans), both)
-    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (in rank 0)"), (10, "out", "total", "524,288"))
+    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs) (in rank 0)"), (10, "out", "total", "524,288"))
 
 
 @pytest.mark.cli
@@ -225,3 +226,82 @@ def test_no_state_skips_the_traced_run_and_a_later_check_records_it(sample_site:
     assert again.returncode == 0 and "(stored result)" not in again.stdout  # its state was never recorded
     assert run_infralens("build", cwd=sample_site).returncode == 0
     assert hints(sample_site / LAB_PAGE) == ["→ 8,192", "→ 524,288"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "fields, hint",
+    [
+        # A hot loop whose frame stopped being traced: its value as the call returned, the count a lower bound.
+        ({"results": (Shown("steps", "16,777,216"),), "count": 38, "exact": False, "at_return": True, "call": 1, "calls": 1}, "→ 16,777,216 (at return; ≥ 38 runs)"),
+        # The same in a function called twice: which call it is from comes first.
+        ({"results": (Shown("skipped", "496"),), "count": 460, "exact": False, "at_return": True, "call": 2, "calls": 2}, "→ 496 (call 2 of 2; at return; ≥ 460 runs)"),
+        # Module code: "at the end" of the script.
+        ({"results": (Shown("total", "90"),), "count": 9, "exact": False, "at_return": True}, "→ 90 (at the end; ≥ 9 runs)"),
+        # A kept run that is not the last, of a lower-bound count.
+        ({"results": (Shown("total", "0"),), "count": 39, "exact": False, "run": 3, "call": 1, "calls": 1}, "→ 0 (run 3 of ≥ 39)"),
+        ({"results": (Shown("x", "1"),), "count": 5, "exact": True, "run": 5}, "→ 1 (last of 5 runs)"),
+        # A condition: the branch taken on the run shown, and how often each way.
+        ({"kind": "branch", "branch": False, "count": 4, "exact": True, "run": 4, "taken": (1, 3)}, "→ false (last of 4 runs; 1 true, 3 false)"),
+        ({"kind": "branch", "branch": True}, "→ true"),
+        # A return line: the value returned, by call.
+        ({"kind": "return", "returned": "18", "count": 10, "exact": False, "run": 10, "call": 10, "calls": 10}, "↩ 18 (last of 10 calls)"),
+        ({"kind": "return", "returned": "-1", "count": 1, "exact": True, "call": 3, "calls": 4}, "↩ -1 (call 3 of 4)"),
+    ],
+)
+def test_one_wording_says_which_run_a_value_is_from_and_never_a_bare_plus(fields: dict, hint: str) -> None:
+    line = LineState(number=1, **{"results": (), "inputs": (), "returned": None, "count": 1, "exact": True, **fields})
+    assert line.hint == hint
+    assert "+" not in line.hint
+
+
+@pytest.mark.unit
+def test_the_table_and_the_panel_data_carry_the_same_wording(sample) -> None:
+    spans = traced_spans(sample.lab, sample.excerpt)
+    state = {**STATE, "lines": {
+        "9": {"count": 38, "exact": False, "calls": 1, "samples": [{"values": {"per_layer": "1"}, "n": 1, "call": 1}, {"values": {"per_layer": "8,192"}, "n": 38, "call": 1, "at": "return"}]},
+        "10": {"count": 2, "exact": True, "calls": 1, "taken": [1, 1], "samples": [{"values": {}, "branch": True, "n": 1, "call": 1}, {"values": {}, "branch": False, "n": 2, "call": 1}]},
+    }}
+    page = page_state(sample.lab, sample.excerpt, run_with(state, spans), spans)
+    assert page.lines[9].hint == "→ 8,192 (at return; ≥ 38 runs)"
+    assert page.lines[10].hint == "→ false (last of 2 runs; 1 true, 1 false)"
+    both = replace(sample.excerpt.key_blocks[0], last=10)
+    assert block_table(page, both).rows == ((9, "out", "per_layer", "8,192 (at return; ≥ 38 runs)"), (10, "out", "condition", "false (last of 2 runs; 1 true, 1 false)"))
+    assert page.data["lines"]["9"]["s"][-1] == {"n": 38, "k": 1, "v": [["per_layer", "8,192"]], "at": 1}
+    assert page.data["lines"]["10"]["t"] == [1, 1] and page.data["lines"]["10"]["s"][-1]["b"] is False
+    assert recorded_text(json.dumps({"lines": {"3": {"samples": [{"values": {}, "return": "46"}]}}})) == "46"
+
+
+def numbered(starter: Path, start: str) -> int:
+    """The one line of a starter that starts (after its indent) with `start`."""
+    found = [n for n, text in enumerate(starter.read_text().splitlines(), 1) if text.lstrip().startswith(start)]
+    assert len(found) == 1, f"{starter}: {len(found)} lines start with {start!r}"
+    return found[0]
+
+
+def hint_of(page: Path, line: int) -> str:
+    import html
+
+    found = re.search(rf'id="L{line}".*?<i data-v="([^"]*)"></i>\n', page.read_text())
+    assert found, f"line {line} of {page} shows no value"
+    return html.unescape(found[1])
+
+
+@pytest.mark.starters
+def test_real_labs_show_the_final_values_of_their_hot_loops(tmp_path: Path) -> None:
+    """Issue 27: lab 03's counter and lab 05's tile counts once read 9,728, 460 and 293, the values
+    when tracing stopped; the page shows what they held when the call returned."""
+    labs = ("lab-03-vectorization", "lab-05-flash-attention-cpu")
+    checked = run_infralens("check", *labs, "--cache-dir", str(tmp_path), cwd=REPO)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    built = run_infralens("build", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path), cwd=REPO)
+    assert built.returncode == 0, built.stderr
+    vectorization = tmp_path / "out/labs/lab-03-vectorization/index.html"
+    steps = hint_of(vectorization, numbered(REPO / "code/lab-03-vectorization/vectorization.py", "steps += inner"))
+    assert steps.startswith("→ 16,777,216 (at return; ≥ ") and steps.endswith(" runs)")
+    flash = tmp_path / "out/labs/lab-05-flash-attention-cpu/index.html"
+    starter = REPO / "code/lab-05-flash-attention-cpu/flash_attention_cpu.py"
+    for start, value in (("skipped += 1", "496"), ("computed += 1", "528")):
+        shown = hint_of(flash, numbered(starter, start))
+        assert shown.startswith(f"→ {value} (call 2 of 2; at return; ≥ "), shown
+    assert not re.search(r'<i data-v="[^"]*[\d,]\+[ )]', vectorization.read_text() + flash.read_text())  # no bare "+" count
