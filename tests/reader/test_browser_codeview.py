@@ -200,3 +200,22 @@ def test_lines_the_excerpt_does_not_show_are_offered_in_the_whole_file(tab) -> N
     away.locator("a").click()
     page.wait_for_function("document.querySelectorAll('pre.code > code > span.sel').length === 3")
     assert opened.errors == []
+
+
+# What a row shows at its end: the recorded value, drawn by CSS from its data-v.
+SHOWN = """(start) => {
+  const rows = [...document.querySelectorAll('.excerpt code > span')].filter((row) => row.textContent.trim().startsWith(start));
+  return rows.map((row) => { const hint = row.querySelector('i[data-v]'); return hint ? getComputedStyle(hint, '::after').content : null; });
+}"""
+
+
+@pytest.mark.parametrize(("lab_id", "start", "value"), [
+    ("lab-03-vectorization", "steps += inner", "16,777,216"),
+    ("lab-05-flash-attention-cpu", "skipped += 1", "496"),
+    ("lab-05-flash-attention-cpu", "computed += 1", "528"),
+])
+def test_a_loop_counter_shows_its_final_value_not_the_last_one_traced(tab, lab_id: str, start: str, value: str) -> None:
+    page = tab(width=1280).goto(f"labs/{lab_id}/index.html")
+    [shown] = page.evaluate(SHOWN, start)
+    assert shown is not None and shown.startswith(f'"→ {value} ('), shown
+    assert "+" not in shown  # a count the tracer stopped at says so in words (≥), never a bare "+"
