@@ -18,6 +18,9 @@ in a note's table (no JS) and in the panel (state.js, which also says it in a se
   is what the name held when the call returned (`at the end` for module code), not a stale one.
 - `call 2 of 2; …` first when the line's function ran more than once: which call it is from.
 - `3 true, 1 false` last for a condition run more than once: how often each way, in the runs traced.
+A line's end says only what sets its value apart (`glance`): nothing when it is what the line held
+after its last run in the last call; else which call or run it is from, or `(at return)`. The
+panel says all of it, counts included.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from infralens.urls import lab_url
 STATE_FILE = "state.js"
 """The file beside a lab page that holds its recorded state, loaded on a reader's first selection."""
 
-HINT = 34
+HINT = 30
 """Longest value hint at the end of a line, in characters."""
 
 
@@ -129,14 +132,32 @@ class LineState:
         return f"({'; '.join(parts)})" if parts else ""
 
     @property
+    def glance(self) -> str:
+        """What a line's end adds to its value: nothing when the value is the one the line held after
+        its last run in the last call (most lines); else which call or run it is from, or that it
+        was taken at return. How often the line ran is the panel's to say (`when`)."""
+        total = f"{'≥ ' if not self.exact else ''}{self.count:,}"
+        if self.kind == "call":
+            return f"(call {self.run:,} of {total})" if self.count > 1 and self.run != self.count else ""
+        if self.calls > 1 and self.call and self.call != self.calls:
+            return f"(call {self.call:,} of {self.calls:,})"
+        if self.kind == "return":
+            return ""
+        if self.at_return:
+            return "(at return)" if self.call else "(at the end)"
+        if self.count > 1 and (self.run != self.count or not self.exact):
+            return f"(run {self.run:,} of {total})"
+        return ""
+
+    @property
     def hint(self) -> str:
-        """The text at the end of the line: the value cut to HINT characters, then `when`."""
+        """The text at the end of the line: the value cut to HINT characters, then `glance`."""
         text = self.value
         if not text:
             return ""
         if len(text) > HINT:
             text = text[: HINT - 1] + "…"
-        when = self.when
+        when = self.glance
         return f"{text} {when}" if when else text
 
 
@@ -313,7 +334,12 @@ class BlockTable:
 
 
 def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
-    """Return a key block's table of recorded values, or None when its lines recorded none."""
+    """Return a key block's table of recorded values, or None when its lines recorded none. A
+    value reads as its line's hint does (a tensor as its shape and dtype: the panel has the rest)
+    and says nothing of which run it is from: the line's end says that, with or without JS. A
+    `return` line that gives back what the block's `def` line already shows is left out, and so is
+    a table whose every line holds one value short enough to stand whole at its end (and in the
+    starter's own process: a spawned rank's name is the table's to say)."""
     if page is None:
         return None
     rows: list[tuple[int, str, str, str]] = []
@@ -323,16 +349,18 @@ def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
         if line is None:
             continue
         where = f" (in {line.process})" if line.process else ""
-        when = f" {line.when}" if line.when else ""
         processes.add(line.process)
-        rows += [(number, "in", s.name, s.value + where) for s in line.inputs if s.name not in RECEIVERS]
-        rows += [(number, "out", s.name, s.value + when + where) for s in line.results]
+        rows += [(number, "in", s.name, brief(s.value) + where) for s in line.inputs if s.name not in RECEIVERS]
+        rows += [(number, "out", s.name, brief(s.value) + where) for s in line.results]
         if line.kind == "branch":
-            rows.append((number, "out", "condition", ("true" if line.branch else "false") + when + where))
+            rows.append((number, "out", "condition", ("true" if line.branch else "false") + where))
         if line.returned is not None and line.returned != "None" or line.kind == "return":
-            rows.append((number, "return", "return", f"{line.returned}{when}{where}"))
-    if not rows:
-        return None
+            value = f"{brief(str(line.returned))}{where}"
+            if not any(kind == "return" and shown == value for _, kind, _, shown in rows):  # a `return` line of the function the block opens
+                rows.append((number, "return", "return", value))
+    numbers = [n for n, _, _, _ in rows]
+    if not rows or (len(set(numbers)) == len(numbers) and processes == {""} and all(len(value) <= HINT for _, _, _, value in rows)):
+        return None  # each line holds one value, whole at its end already: a table would say it twice
     if len(processes) == 1:  # one process recorded them all: say so once
         process = processes.pop()
         suffix = f" (in {process})"

@@ -70,16 +70,6 @@
     show();
   }
 
-  /* Navigation: folded above the page (as the page is sent, so a narrow page never moves), opened
-     where it has a column of its own (100rem and wider). */
-  function setUpNav() {
-    const nav = $(".sidenav-toggle"), column = matchMedia("(min-width: 100rem)");
-    if (!nav) return;
-    const fit = () => { nav.open = column.matches; };
-    column.addEventListener("change", fit);
-    fit();
-  }
-
   /* Search: its script, styles and index load on first use, so they weigh nothing on a page's load. */
   function setUpSearch() {
     const box = $("[data-search-index]");
@@ -250,6 +240,6 @@
     });
   }
 
-  const start = () => { setUpTheme(); setUpNav(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpProgress(); setUpSide(); };
+  const start = () => { setUpTheme(); setUpSearch(); setUpCopy(); setUpReaderLoader(); setUpCalculators(); setUpProgress(); setUpSide(); };
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();

@@ -18,7 +18,7 @@ def visible_text(fragment: str) -> str:
 
 def code_lines(page: str) -> list[tuple[int, str]]:
     """(line number, text) of every row of every listing on a page."""
-    rows = re.findall(r'<span(?: class="[^"]*")? id="L(\d+)"[^>]*>(.*?)\n</span>', page, re.S)
+    rows = re.findall(r'<span(?: class="[^"]*")? id="?L(\d+)"?[^>]*>(.*?)\n</span>', page, re.S)
     return [(int(number), visible_text(body)) for number, body in rows]
 
 
@@ -73,7 +73,7 @@ def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) ->
     page = (real_site / "labs" / lab.id / "index.html").read_text()
     notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#L(\d+)" data-lines="(\d+)-(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
     assert len(notes) == len(lab.key_blocks)
-    shown = {int(n): cls for cls, n in re.findall(r'<span(?: class="([^"]*)")? id="L(\d+)"', page)}
+    shown = {int(n): cls for cls, n in re.findall(r'<span(?: class="([^"]*)")? id="?L(\d+)"?', page)}
     for slug, href, first, last, named_first, named_last in notes:
         assert href == first == named_first and last == (named_last or named_first), slug
         for number in range(int(first), int(last) + 1):
@@ -114,7 +114,7 @@ def shown_numbers(page: str) -> list[tuple[int, int]]:
     code = re.search(r'<pre class="code[^"]*"[^>]*><code style="counter-reset:ln (\d+)">(.*?)</code></pre>', page, re.S)
     value = int(code.group(1))
     pairs = []
-    for number, style in re.findall(r'<span(?: class="[^"]*")? id="L(\d+)"[^>]*?(?: style="counter-set:ln (\d+)")?>', code.group(2)):
+    for number, style in re.findall(r'<span(?: class="[^"]*")? id="?L(\d+)"?[^>]*?(?: style="counter-set:ln (\d+)")?>', code.group(2)):
         value = int(style) if style else value + 1
         pairs.append((int(number), value))
     return pairs

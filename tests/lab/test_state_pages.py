@@ -16,6 +16,7 @@ from infralens.errors import Mark
 from infralens.lab.resolve import plain_excerpt
 from infralens.lab.state import traced_spans
 from infralens.lab.state import (
+    HINT,
     LineState,
     Shown,
     block_table,
@@ -75,7 +76,7 @@ def test_a_key_block_that_opts_out_is_not_traced_and_a_starter_that_opts_out_tra
 def test_each_line_shows_its_last_value_with_how_often_it_ran(sample) -> None:
     spans = traced_spans(sample.lab, sample.excerpt)
     page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
-    assert page.lines[9].hint == "→ 8,192 (last of 32 runs)"
+    assert page.lines[9].hint == "→ 8,192" and page.lines[9].when == "(last of 32 runs)"  # final: its end says no more
     assert page.lines[10].hint == "→ 524,288"
     # The panel's data keeps every kept run, in order, for stepping.
     assert [s["n"] for s in page.data["lines"]["9"]["s"]] == [1, 2, 3, 32]
@@ -104,12 +105,14 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
     spans = traced_spans(lab, excerpt)
     state = {**STATE, "lines": {"9": {"count": 1, "exact": True, "samples": [{"values": {"per_layer": "8,192", "kv_heads": "32"}, "n": 1}]}}}
     full = page_state(lab, excerpt, run_with(state, spans), spans)
-    assert full.lines[9].hint == "→ per_layer = 8,192, kv_heads = 32"
+    assert full.lines[9].hint == "→ per_layer = 8,192, kv_heads…"  # cut at HINT characters
     only = StateChoice(True, (("kv_heads", Mark("x", 1, 1)),))
     block = replace(excerpt.key_blocks[0], state=only)
     narrowed = page_state(lab, replace(excerpt, key_blocks=(block, *excerpt.key_blocks[1:])), run_with(state, spans), spans)
     assert narrowed.lines[9].hint == "→ 32"
-    assert block_table(narrowed, block).rows == ((9, "out", "kv_heads", "32"),)
+    assert narrowed.lines[9].results == (Shown("kv_heads", "32"),)
+    assert block_table(full, block).rows == ((9, "out", "per_layer", "8,192"), (9, "out", "kv_heads", "32"))
+    assert block_table(narrowed, block) is None  # one short value, whole at its line's end already
     assert block_table(narrowed, excerpt.key_blocks[1]) is None  # line 10 recorded nothing here
 
 
@@ -117,7 +120,7 @@ def test_state_lists_filter_names_for_the_starter_and_for_a_key_block(sample) ->
 def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
     line = LineState(number=5, results=(), inputs=(Shown("config", "Config(…)"),), returned="6,738,415,616", count=3, exact=True, run=3)
     line = replace(line, kind="call")
-    assert line.hint == "↩ 6,738,415,616 (last of 3 calls)"
+    assert line.hint == "↩ 6,738,415,616" and line.when == "(last of 3 calls)"
     # Calls are kept 1-3 and at powers of two (and the last, while RETURNS lasts): the one shown is
     # named when it is not the last.
     assert replace(line, count=60, run=32).hint == "↩ 6,738,415,616 (call 32 of 60)"
@@ -128,9 +131,9 @@ def test_a_call_shows_its_inputs_and_return_and_long_hints_are_cut() -> None:
     # A tensor at a line's end is its shape and dtype; its bytes and values are in the table and panel.
     tensor = "Tensor (16, 2, 32) float64 cpu 8,192 B [0.5383, 0.07494, 5.924, 1.046, …] min -5.805 max 5.924"
     assert LineState(number=8, results=(Shown("h", tensor),), inputs=(), returned=None, count=1, exact=True).hint == "→ Tensor (16, 2, 32) float64"
-    assert LineState(number=8, results=(Shown("out", f"({tensor}, 1)"),), inputs=(), returned=None, count=1, exact=True).hint == "→ (Tensor (16, 2, 32) float64, 1)"
+    assert LineState(number=8, results=(Shown("out", f"({tensor}, 1)"),), inputs=(), returned=None, count=1, exact=True).hint == "→ (Tensor (16, 2, 32) float64…"
     long = LineState(number=6, results=(Shown("x", "y" * 100),), inputs=(), returned=None, count=1, exact=True)
-    assert len(long.hint) == 34 and long.hint.endswith("…")
+    assert len(long.hint) == HINT and long.hint.endswith("…")
 
 
 @pytest.mark.unit
@@ -150,7 +153,7 @@ def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample
     assert run_infralens("build", cwd=sample_site).returncode == 0
     page = sample_site / LAB_PAGE
     assert hints(page) == ["→ 8,192", "→ 524,288"]
-    assert "<caption>Recorded values</caption>" in page.read_text()
+    assert "<caption>Recorded values</caption>" not in page.read_text()  # each value whole at its line's end
     assert (sample_site / "output/labs/lab-01-sample/state.js").read_text().startswith("InfraLensState(")
     assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == ["→ 8,192", "→ 524,288"]
 
@@ -194,11 +197,11 @@ def test_values_a_spawned_rank_recorded_say_which_rank_once_per_table(sample) ->
     page = page_state(sample.lab, sample.excerpt, run_with(ranked, spans), spans)
     assert page.data["lines"]["9"]["p"] == "rank 0"
     table = block_table(page, sample.excerpt.key_blocks[0])
-    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs)"),)
+    assert table.process == "rank 0" and table.rows == ((9, "out", "per_layer", "8,192"),)
     mixed = {**ranked, "lines": {**ranked["lines"], "10": STATE["lines"]["10"]}}
     both = replace(sample.excerpt.key_blocks[0], last=10)
     table = block_table(page_state(sample.lab, sample.excerpt, run_with(mixed, spans), spans), both)
-    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (last of 32 runs) (in rank 0)"), (10, "out", "total", "524,288"))
+    assert table.process == "" and table.rows == ((9, "out", "per_layer", "8,192 (in rank 0)"), (10, "out", "total", "524,288"))
 
 
 @pytest.mark.cli
@@ -230,29 +233,34 @@ def test_no_state_skips_the_traced_run_and_a_later_check_records_it(sample_site:
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
-    "fields, hint",
+    "fields, when, hint",
     [
         # A hot loop whose frame stopped being traced: its value as the call returned, the count a lower bound.
-        ({"results": (Shown("steps", "16,777,216"),), "count": 38, "exact": False, "at_return": True, "call": 1, "calls": 1}, "→ 16,777,216 (at return; ≥ 38 runs)"),
-        # The same in a function called twice: which call it is from comes first.
-        ({"results": (Shown("skipped", "496"),), "count": 460, "exact": False, "at_return": True, "call": 2, "calls": 2}, "→ 496 (call 2 of 2; at return; ≥ 460 runs)"),
+        ({"results": (Shown("steps", "16,777,216"),), "count": 38, "exact": False, "at_return": True, "call": 1, "calls": 1}, "(at return; ≥ 38 runs)", "→ 16,777,216 (at return)"),
+        # The same in a function called twice, from its last call: which call it is from comes first.
+        ({"results": (Shown("skipped", "496"),), "count": 460, "exact": False, "at_return": True, "call": 2, "calls": 2}, "(call 2 of 2; at return; ≥ 460 runs)", "→ 496 (at return)"),
+        # ... and from an earlier call: the line's end says which.
+        ({"results": (Shown("skipped", "31"),), "count": 460, "exact": False, "at_return": True, "call": 1, "calls": 2}, "(call 1 of 2; at return; ≥ 460 runs)", "→ 31 (call 1 of 2)"),
         # Module code: "at the end" of the script.
-        ({"results": (Shown("total", "90"),), "count": 9, "exact": False, "at_return": True}, "→ 90 (at the end; ≥ 9 runs)"),
+        ({"results": (Shown("total", "90"),), "count": 9, "exact": False, "at_return": True}, "(at the end; ≥ 9 runs)", "→ 90 (at the end)"),
         # A kept run that is not the last, of a lower-bound count.
-        ({"results": (Shown("total", "0"),), "count": 39, "exact": False, "run": 3, "call": 1, "calls": 1}, "→ 0 (run 3 of ≥ 39)"),
-        ({"results": (Shown("x", "1"),), "count": 5, "exact": True, "run": 5}, "→ 1 (last of 5 runs)"),
+        ({"results": (Shown("total", "0"),), "count": 39, "exact": False, "run": 3, "call": 1, "calls": 1}, "(run 3 of ≥ 39)", "→ 0 (run 3 of ≥ 39)"),
+        # The last of every run: the value is final, and the line's end says nothing more.
+        ({"results": (Shown("x", "1"),), "count": 5, "exact": True, "run": 5}, "(last of 5 runs)", "→ 1"),
         # A condition: the branch taken on the run shown, and how often each way.
-        ({"kind": "branch", "branch": False, "count": 4, "exact": True, "run": 4, "taken": (1, 3)}, "→ false (last of 4 runs; 1 true, 3 false)"),
-        ({"kind": "branch", "branch": True}, "→ true"),
+        ({"kind": "branch", "branch": False, "count": 4, "exact": True, "run": 4, "taken": (1, 3)}, "(last of 4 runs; 1 true, 3 false)", "→ false"),
+        ({"kind": "branch", "branch": True}, "", "→ true"),
         # A return line: the value returned, by call.
-        ({"kind": "return", "returned": "18", "count": 10, "exact": False, "run": 10, "call": 10, "calls": 10}, "↩ 18 (last of 10 calls)"),
-        ({"kind": "return", "returned": "-1", "count": 1, "exact": True, "call": 3, "calls": 4}, "↩ -1 (call 3 of 4)"),
+        ({"kind": "return", "returned": "18", "count": 10, "exact": False, "run": 10, "call": 10, "calls": 10}, "(last of 10 calls)", "↩ 18"),
+        ({"kind": "return", "returned": "-1", "count": 1, "exact": True, "call": 3, "calls": 4}, "(call 3 of 4)", "↩ -1 (call 3 of 4)"),
     ],
 )
-def test_one_wording_says_which_run_a_value_is_from_and_never_a_bare_plus(fields: dict, hint: str) -> None:
+def test_one_wording_says_which_run_a_value_is_from_and_never_a_bare_plus(fields: dict, when: str, hint: str) -> None:
+    """`when` is the whole of it (the panel's); a line's end keeps only what sets its value apart."""
     line = LineState(number=1, **{"results": (), "inputs": (), "returned": None, "count": 1, "exact": True, **fields})
+    assert line.when == when
     assert line.hint == hint
-    assert "+" not in line.hint
+    assert "+" not in line.hint and "+" not in line.when
 
 
 @pytest.mark.unit
@@ -263,10 +271,12 @@ def test_the_table_and_the_panel_data_carry_the_same_wording(sample) -> None:
         "10": {"count": 2, "exact": True, "calls": 1, "taken": [1, 1], "samples": [{"values": {}, "branch": True, "n": 1, "call": 1}, {"values": {}, "branch": False, "n": 2, "call": 1}]},
     }}
     page = page_state(sample.lab, sample.excerpt, run_with(state, spans), spans)
-    assert page.lines[9].hint == "→ 8,192 (at return; ≥ 38 runs)"
-    assert page.lines[10].hint == "→ false (last of 2 runs; 1 true, 1 false)"
+    assert page.lines[9].hint == "→ 8,192 (at return)" and page.lines[9].when == "(at return; ≥ 38 runs)"
+    assert page.lines[10].hint == "→ false" and page.lines[10].when == "(last of 2 runs; 1 true, 1 false)"
     both = replace(sample.excerpt.key_blocks[0], last=10)
-    assert block_table(page, both).rows == ((9, "out", "per_layer", "8,192 (at return; ≥ 38 runs)"), (10, "out", "condition", "false (last of 2 runs; 1 true, 1 false)"))
+    assert block_table(page, both) is None  # one short value a line, each whole at its end already
+    assert block_table(replace(page, lines={**page.lines, 9: replace(page.lines[9], results=(Shown("per_layer", "x" * 40),))}), both).rows == (
+        (9, "out", "per_layer", "x" * 40), (10, "out", "condition", "false"))
     assert page.data["lines"]["9"]["s"][-1] == {"n": 38, "k": 1, "v": [["per_layer", "8,192"]], "at": 1}
     assert page.data["lines"]["10"]["t"] == [1, 1] and page.data["lines"]["10"]["s"][-1]["b"] is False
     assert recorded_text(json.dumps({"lines": {"3": {"samples": [{"values": {}, "return": "46"}]}}})) == "46"
@@ -282,7 +292,7 @@ def numbered(starter: Path, start: str) -> int:
 def hint_of(page: Path, line: int) -> str:
     import html
 
-    found = re.search(rf'id="L{line}".*?<i data-v="([^"]*)"></i>\n', page.read_text())
+    found = re.search(rf'id="?L{line}"?[ >].*?<i data-v="([^"]*)"></i>\n', page.read_text())
     assert found, f"line {line} of {page} shows no value"
     return html.unescape(found[1])
 
@@ -298,10 +308,10 @@ def test_real_labs_show_the_final_values_of_their_hot_loops(tmp_path: Path) -> N
     assert built.returncode == 0, built.stderr
     vectorization = tmp_path / "out/labs/lab-03-vectorization/index.html"
     steps = hint_of(vectorization, numbered(REPO / "code/lab-03-vectorization/vectorization.py", "steps += inner"))
-    assert steps.startswith("→ 16,777,216 (at return; ≥ ") and steps.endswith(" runs)")
+    assert steps == "→ 16,777,216 (at return)"
     flash = tmp_path / "out/labs/lab-05-flash-attention-cpu/index.html"
     starter = REPO / "code/lab-05-flash-attention-cpu/flash_attention_cpu.py"
     for start, value in (("skipped += 1", "496"), ("computed += 1", "528")):
         shown = hint_of(flash, numbered(starter, start))
-        assert shown.startswith(f"→ {value} (call 2 of 2; at return; ≥ "), shown
+        assert shown == f"→ {value} (at return)", shown  # from the last of its 2 calls
     assert not re.search(r'<i data-v="[^"]*[\d,]\+[ )]', vectorization.read_text() + flash.read_text())  # no bare "+" count
