@@ -209,7 +209,7 @@ def test_a_template_edit_shows_in_the_next_build_despite_compiled_templates(samp
     assert run_infralens("build", cwd=sample_site).returncode == 0
     assert any((sample_site / ".infralens/templates").iterdir())  # compiled templates were kept
     base = sample_site / "templates/base.html"
-    base.write_text(base.read_text().replace("works offline", "Edited footer"))
+    base.write_text(base.read_text().replace("the source of truth", "Edited footer"))
     assert run_infralens("build", cwd=sample_site).returncode == 0
     assert "Edited footer" in (sample_site / "output/index.html").read_text()
 

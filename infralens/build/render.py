@@ -76,8 +76,8 @@ class CodeRow:
         return " ".join(name for name, on in (("bound", self.slugs), ("gap", self.gap_before), (f"i{hang}", hang)) if on)
 
 
-INDENTS = 24
-"""Deepest indentation the theme hangs a wrapped line under (its .i4 … .i24 classes)."""
+INDENTS = 16
+"""Deepest indentation the theme hangs a wrapped line under (its .i4 … .i16 classes)."""
 
 
 WRAPS = 78
