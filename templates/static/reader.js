@@ -156,10 +156,10 @@
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const dock = panel && panel.parentNode, inDock = dock && dock.contains(event.target);
     if (event.key === "Escape" && (active() || $("code > span.sel", listing))) {
-      const back = active() && $(".kb-link", active());
+      const back = active() && $(".kb-link", active()), inside = inDock || (active() && active().contains(event.target));
       mark([], null);
       setHash("");
-      if (inDock || (active() && active().contains(event.target))) (back || listing).focus();
+      if (inside) (back || listing).focus();
       return;
     }
     if (inDock && (event.key === "ArrowLeft" || event.key === "ArrowRight")) {
@@ -193,7 +193,7 @@
     const link = event.target.closest("a"), row = event.target.closest("pre.code > code > span");
     if (!row) return;
     const onNumber = link ? link.classList.contains("ln")
-      : event.target === row && event.clientX - row.getBoundingClientRect().left < parseFloat(getComputedStyle(row).paddingLeft);
+      : event.target === row && event.clientX - row.getBoundingClientRect().left < 5.1 * parseFloat(getComputedStyle(row).fontSize);  // the gutter, 5.1em (a wrapped line's padding is wider)
     if (onNumber) {
       event.preventDefault();
       // Touch has no Shift: a tap on a second number, while one line is selected, makes the range.
