@@ -144,7 +144,7 @@ def code_rows(lines, bindings: tuple[tuple[KeyBlock, str], ...], state: PageStat
 
 
 SAMPLE_LINES = 30
-SAMPLE_BYTES = 512
+SAMPLE_BYTES = 448
 """A lab page shows the end of its run's output: at most this many lines, and bytes, of it."""
 
 

@@ -153,7 +153,7 @@ def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample
     assert run_infralens("build", cwd=sample_site).returncode == 0
     page = sample_site / LAB_PAGE
     assert hints(page) == ["→ 8,192", "→ 524,288"]
-    assert "<caption>Recorded values</caption>" not in page.read_text()  # each value whole at its line's end
+    assert "<caption>Values</caption>" not in page.read_text()  # each value whole at its line's end
     assert (sample_site / "output/labs/lab-01-sample/state.js").read_text().startswith("InfraLensState(")
     assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == ["→ 8,192", "→ 524,288"]
 
@@ -161,7 +161,7 @@ def test_check_records_state_and_build_shows_it_until_the_starter_changes(sample
     starter = sample_site / "code/lab-01-sample/kv.py"
     starter.write_text(starter.read_text().replace("default=32", "default=16"))
     assert run_infralens("build", cwd=sample_site).returncode == 0
-    assert hints(page) == [] and "<caption>Recorded values</caption>" not in page.read_text()
+    assert hints(page) == [] and "<caption>Values</caption>" not in page.read_text()
     assert not (sample_site / "output/labs/lab-01-sample/state.js").exists()
     assert hints(sample_site / "output/code/lab-01-sample/kv.py.html") == []
 

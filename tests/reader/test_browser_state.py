@@ -372,7 +372,7 @@ def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_
             continue
         with_state += 1
         assert table.is_visible(), block.slug
-        assert table.locator("caption").text_content() == "Recorded values"
+        assert table.locator("caption").text_content() == "Values"
         rows = table.locator("tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
         rows = [[WHEN.sub("", cell) for cell in row] for row in rows]
         assert rows == [["Line", "Name", "Value"], *expected], block.slug
