@@ -10,6 +10,7 @@ lines show what the run recorded), in a temporary folder; the other labs are bui
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,10 @@ def test_a_note_chosen_from_the_keyboard_takes_the_focus_into_its_panel_and_arro
     page.focus(f"#{notes[0]} .kb-link")
     page.keyboard.press("Enter")
     page.wait_for_function("document.activeElement && document.activeElement.closest('.dock')")
+    moment = "() => [document.querySelector('.key-block.active').id, (document.querySelector('.dock .st-at') || {}).textContent]"
+    before = page.evaluate(moment)
     page.keyboard.press("ArrowRight")  # the state's next run, or the next note where there is none
+    page.wait_for_function(f"JSON.stringify(({moment})()) !== {json.dumps(json.dumps(before))}")
     page.keyboard.press("Escape")
     assert selected(page) == []
     assert page.evaluate("document.activeElement.classList.contains('kb-link')")
