@@ -210,7 +210,7 @@ def resolve_excerpt(lab: Lab, sources: dict[str, SourceFile], problems: Problems
             suffix += 1
             slug = f"{base}-{suffix}"
         slugs.add(slug)
-        blocks.append(KeyBlock(name=spec.name, slug=slug, note=spec.note, first=first, last=last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at))
+        blocks.append(KeyBlock(name=spec.name, slug=slug, note=spec.note, first=first, last=last, ordinal=len(blocks) + 1, state=spec.state, starter=parts[at].starter, part=at, meaning=spec.meaning, derived=spec.derived))
     excerpt = Excerpt(tuple(parts), tuple(blocks))
     problems.extend(manifest_problems(lab, excerpt, sources[lab.previewed]))
     return excerpt

@@ -27,17 +27,20 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Literal
 
 from infralens.child.trace_state import python_of, statement_names, statement_shapes
 from infralens.errors import Problem, Problems
+from infralens.lab.shown import arithmetic, exact
+from infralens.model.expr import Expr, ExprError, evaluate, parse_expr
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
-from infralens.model.starter import StateChoice
+from infralens.model.starter import IDENTIFIER, StateChoice
 from infralens.text.markdown import python_blocks
 from infralens.text.source import SourceFile
 from infralens.urls import lab_url
@@ -308,7 +311,15 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
     data = {"run": finished, "truncated": bool(state.get("truncated")), "lines": data_lines, "calls": data_calls}
     if source is not None:
         data["w"] = recordable(source, spans)
-    return PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
+    page = PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
+    # What the manifest says values mean, and the figures derived from them, by the lines they cover.
+    meanings = [[b.first, b.last, {name: words for name, words, _ in b.meaning}] for b in own if b.meaning]
+    figures = [[b.first, b.last, [[f.name, f.formula, f.value, f.meaning] for f in block_figures(page, b) if f.value]] for b in own if b.derived]
+    if meanings:
+        data["m"] = meanings
+    if any(shown for _, _, shown in figures):
+        data["d"] = [entry for entry in figures if entry[2]]
+    return page
 
 
 def returned(sample: dict) -> str | None:
@@ -324,6 +335,19 @@ RECEIVERS = ("self", "cls")
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A key block's derived figure as its page shows it: `flops = 2 × N^3 = 33,554,432`."""
+
+    name: str
+    formula: str
+    """The expression as a reader writes it: `2 × N^3`."""
+    value: str
+    """The figure, exact (shown.exact), or '' when it cannot be computed (`why` says why)."""
+    meaning: str = ""
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class BlockTable:
     """A key block's no-JS state table."""
 
@@ -331,6 +355,14 @@ class BlockTable:
     """(line, kind, name, value), kind being 'in' (a parameter at entry), 'out' (a value bound) or 'return'."""
     process: str
     """The spawned process every value comes from ('rank 0'), or '' for the starter's own."""
+    means: dict[str, str] = field(default_factory=dict)
+    """What the block's manifest says a name's value means."""
+    figures: tuple[Figure, ...] = ()
+
+    @property
+    def worded(self) -> bool:
+        """Whether the table needs its Meaning column."""
+        return bool(self.means) or any(f.meaning or f.why for f in self.figures)
 
 
 def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
@@ -359,13 +391,77 @@ def block_table(page: PageState | None, block: KeyBlock) -> BlockTable | None:
             if not any(kind == "return" and shown == value for _, kind, _, shown in rows):  # a `return` line of the function the block opens
                 rows.append((number, "return", "return", value))
     numbers = [n for n, _, _, _ in rows]
-    if not rows or (len(set(numbers)) == len(numbers) and processes == {""} and all(len(value) <= HINT for _, _, _, value in rows)):
+    means = {name: words for name, words, _ in block.meaning}
+    figures = block_figures(page, block)
+    if not rows or (len(set(numbers)) == len(numbers) and processes == {""} and all(len(value) <= HINT for _, _, _, value in rows) and not means and not figures):
         return None  # each line holds one value, whole at its end already: a table would say it twice
     if len(processes) == 1:  # one process recorded them all: say so once
         process = processes.pop()
         suffix = f" (in {process})"
-        return BlockTable(tuple((n, k, name, value.removesuffix(suffix) if process else value) for n, k, name, value in rows), process)
-    return BlockTable(tuple(rows), "")
+        return BlockTable(tuple((n, k, name, value.removesuffix(suffix) if process else value) for n, k, name, value in rows), process, means, figures)
+    return BlockTable(tuple(rows), "", means, figures)
+
+
+def numeric(value: str) -> int | float | None:
+    """A recorded value read back as the number it was (`6,738,415,616`, `0.125`, `-3`), or None
+    for anything else (a tensor, a string, True, nan)."""
+    text = value.replace(",", "")
+    for kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            continue
+        return number if math.isfinite(number) else None
+    return None
+
+
+def block_values(page: PageState, block: KeyBlock) -> dict[str, str]:
+    """What each name a derived figure may read last held, as recorded: bound (or taken as a
+    parameter) by a line of the block, else by another line of the excerpt; the later line's value
+    where two lines bind a name."""
+    values: dict[str, str] = {}
+    for _, line in sorted(page.lines.items(), key=lambda item: block.first <= item[0] <= block.last):
+        values.update((s.name, s.value) for s in (*line.inputs, *line.results))
+    return values
+
+
+def reader_formula(expr: Expr) -> str:
+    """An expression as a reader writes it: `2 × N^3`."""
+    return "".join(piece if isinstance(piece, str) else piece[0] for piece in arithmetic(expr))
+
+
+def block_figures(page: PageState | None, block: KeyBlock) -> tuple[Figure, ...]:
+    """Compute a key block's derived figures from the values its lines were recorded holding, in
+    order (a figure may read an earlier one). One that cannot be computed says why."""
+    if page is None or not block.derived:
+        return ()
+    values = block_values(page, block)
+    known: dict[str, int | float] = {}
+    figures = []
+    for spec in block.derived:
+        text = spec.expr.text
+        try:
+            expr = parse_expr(text, set(re.findall(IDENTIFIER, text)))
+        except ExprError as error:
+            figures.append(Figure(spec.name, text, "", spec.meaning or "", error.message))
+            continue
+        formula, why = reader_formula(expr), ""
+        for name in sorted(expr.names - set(known)):
+            if name not in values:
+                why = f"`{name}` was not recorded by the checked run"
+            elif numeric(values[name]) is None:
+                why = f"`{name}` was recorded as {brief(values[name])!r}, not a number"
+            else:
+                known[name] = numeric(values[name])  # type: ignore[assignment]
+            if why:
+                break
+        if not why:
+            try:
+                known[spec.name] = evaluate(expr, known)
+            except ExprError as error:
+                why = error.message
+        figures.append(Figure(spec.name, formula, "" if why else exact(known[spec.name]), spec.meaning or "", why))
+    return tuple(figures)
 
 
 def state_script(page: PageState) -> str:
@@ -421,6 +517,46 @@ def check_state_names(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: 
                 problems.add(mark, f"state: {name!r} is not bound by any line of {where}; names bound there: {listed}")
 
 
+def check_meanings(lab: Lab, excerpt: Excerpt, source: SourceFile, problems: Problems) -> None:
+    """A key block's `meaning:` names values its lines bind and shows, and its `derived:` figures
+    read only those names and its earlier figures, each in an expression a page can compute."""
+    traced = traced_spans(lab, excerpt)
+    for block in excerpt.key_blocks:
+        if not block.meaning and not block.derived:
+            continue
+        first_mark = block.meaning[0][2] if block.meaning else block.derived[0].mark
+        field_name = "meaning" if block.meaning else "derived"
+        if block.starter != excerpt.starter:
+            problems.add(first_mark, f"{field_name}: key block {block.name!r} is bound to {block.starter}, and only the previewed starter ({excerpt.starter}) records execution state")
+            continue
+        if not any(first <= line <= last for first, last in traced for line in (block.first, block.last)):
+            problems.add(first_mark, f"{field_name}: key block {block.name!r} shows no execution state (its starter does not run, or a `state: false` hides these lines)")
+            continue
+        starter = next(s for s in lab.starters if s.path == excerpt.starter)
+        choices = choice_for(block.first, starter.state, (block,))
+        known = bound_names(source, block.first, block.last)
+        elsewhere = [name for part in excerpt.parts if part.starter == excerpt.starter and part.lines for name in bound_names(source, part.lines[0].number, part.lines[-1].number)]
+        shown = [name for name in dict.fromkeys(known + elsewhere) if allowed(name, choices)]
+        for name, _, mark in block.meaning:
+            if name not in known and not any(name.startswith(k + ".") for k in known):
+                problems.add(mark, f"meaning: {name!r} is not bound by any line of key block {block.name!r} (lines {block.first}-{block.last}); names bound there: {', '.join(known[:12]) or 'none'}")
+            elif not allowed(name, choices):
+                problems.add(mark, f"meaning: {name!r} is not among the values key block {block.name!r} shows (its `state:` list)")
+        readable = {name for name in shown if re.fullmatch(IDENTIFIER, name)}
+        figures: set[str] = set()
+        for spec in block.derived:
+            if spec.name in readable:
+                said = "a second figure of the block is named" if spec.name in figures else "the block's lines already bind"
+                problems.add(spec.mark, f"derived: {said} {spec.name!r}; give the figure its own name")
+                continue
+            try:
+                parse_expr(spec.expr.text, readable)
+            except ExprError as error:
+                problems.add(spec.expr.at(error.offset), f"derived {spec.name!r}: {error.message}")
+            readable.add(spec.name)
+            figures.add(spec.name)
+
+
 def traced_spans(lab: Lab, excerpt: Excerpt) -> tuple[tuple[int, int], ...]:
     """Return the line spans whose execution state `check` records: the excerpt's lines, less
     those of key blocks that say `state: false`; none when the previewed starter says so."""
@@ -447,12 +583,22 @@ def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Pr
     """Every variable a state list names is bound by a line it covers."""
     problems = Problems()
     check_state_names(lab, excerpt, source, problems)
+    check_meanings(lab, excerpt, source, problems)
     return list(problems)
 
 
 def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
-    """None: a run that recorded no state still passes (the page then shows none)."""
-    return {}
+    """A key block's derived figure its recorded values cannot compute (a name not recorded, or
+    not a number). A run that recorded no state still passes: the page then shows none."""
+    if excerpt is None:
+        return {}
+    page = page_state(lab, excerpt, runs.get(excerpt.starter), traced_spans(lab, excerpt))
+    problems = [
+        Problem(spec.mark, f"derived {spec.name!r}: {figure.why}")
+        for block in excerpt.key_blocks if block.starter == excerpt.starter
+        for spec, figure in zip(block.derived, block_figures(page, block)) if figure.why
+    ]
+    return {excerpt.starter: problems} if problems else {}
 
 
 def published(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt, sources: dict[str, SourceFile]) -> Published:

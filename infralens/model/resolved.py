@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infralens.errors import Problem
+from infralens.errors import Mark, Problem
 from infralens.model.lab import Lab
-from infralens.model.starter import StateChoice
+from infralens.model.starter import DerivedSpec, StateChoice
 from infralens.text.source import SourceLine
 
 
@@ -28,6 +28,10 @@ class KeyBlock:
     """The starter whose lines it is bound to (in a walkthrough, any step's)."""
     part: int = 0
     """The position (0-based) of the step whose lines it is bound to."""
+    meaning: tuple[tuple[str, str, Mark], ...] = ()
+    """What its lines' values mean: (name, words, where the manifest says it)."""
+    derived: tuple[DerivedSpec, ...] = ()
+    """Figures computed from its lines' recorded values."""
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,15 @@ from infralens.model.schema import (
     Field,
     Fields,
     ListOf,
+    MappingOf,
     Number,
     Prose,
     Record,
     Regex,
+    Source,
     Spec,
     Text,
+    Written,
     describe,
     parse_range,
     scalar_value,
@@ -241,6 +244,23 @@ SPAN = Record(
 )
 
 
+IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+@dataclass(kw_only=True, frozen=True)
+class DerivedSpec:
+    """A figure a key block computes from the values its lines were recorded holding, shown beside them."""
+
+    name: str = declared(Text("The figure's name, e.g. `flops`; later figures of the block may read it.", pattern=IDENTIFIER, pattern_hint="an identifier like 'flops'"), required=True)
+    expr: Written = declared(Source(
+        "An expression over names the block's lines bind (else other lines of the excerpt; their last values as "
+        "the checked run recorded them, which must be numbers) and the block's earlier figures: numbers, `+ - * / // % **`, parentheses, "
+        "`min max ceil floor abs sqrt log2`, `a if condition else b`. Never eval'd.", numbers=True,
+    ), required=True)
+    meaning: str | None = declared(Text("What the figure is, in a few words, e.g. 'FLOPs of one matmul (a multiply-add is 2)'."))
+    mark: Mark = derived("Where the figure is named.")
+
+
 @dataclass(kw_only=True, frozen=True)
 class KeyBlockSpec:
     """A note bound to lines of the excerpt."""
@@ -263,6 +283,18 @@ class KeyBlockSpec:
         "traced); a list of names shows only those variables, each of which a line of the block must bind."
     ), indexed=False)
     starter: str | None = declared(Text("In a walkthrough of several starters: the starter whose excerpt holds the lines (default: whichever step's lines match)."))
+    meaning: tuple[tuple[str, str, Mark], ...] = declared(MappingOf(
+        Text("A few words, e.g. 'matrix dimension'."),
+        "What the values of these lines mean, by name (`N: matrix dimension`): each name must be bound by a line of the block; "
+        "the page shows the words beside the recorded value, in the note's table and in the state panel.",
+        min_items=1, key_pattern=STATE_NAME, key_hint="a variable name like 'N' or 'self.blocks'",
+    ), default=(), indexed=False)
+    derived: tuple[DerivedSpec, ...] = declared(ListOf(
+        record(DerivedSpec, "derived figure", finish=lambda f, ctx: {"mark": f.marks["name"]}),
+        "Figures the build computes from the values the checked run recorded, never typed "
+        "(`{name: flops, expr: 2 * N**3, meaning: FLOPs of one matmul}`), shown under the block's values in its "
+        "table and the state panel; `check` fails one whose names were not recorded as numbers.", min_items=1,
+    ), default=(), indexed=False)
 
 
 STARTER = record(Starter, "starter", finish=_starter)

@@ -50,10 +50,15 @@
     return entry.s[Math.min(at, entry.s.length - 1)];
   }
 
-  function item(list, mark, label, name, value) {
+  function item(list, mark, label, name, value, means) {
     const what = el("span", { className: "st-what" }, label + " ", el("code", {}, name));
-    list.append(el("li", {}, el("span", { className: "st-mark" }, mark), " ", what, " = ", el("span", { className: "st-value" }, value)));
+    const row = el("li", {}, el("span", { className: "st-mark" }, mark), " ", what, " = ", el("span", { className: "st-value" }, value));
+    if (means) row.append(el("span", { className: "st-means" }, " — " + means));
+    list.append(row);
   }
+
+  /* What the manifest says the values of line n mean, by name (its key blocks' `meaning:`). */
+  const meaningsAt = (n) => Object.assign({}, ...(data.m || []).filter(([a, b]) => a <= n && n <= b).map((m) => m[2]));
 
   function render() {
     if (!panel) {
@@ -108,12 +113,13 @@
       const list = el("ul", { className: "st-values" });
       const call = data.calls[n], line = data.lines[n];
       const c = call && sampleOf(call, step, true), s = line && sampleOf(line, step, false);
+      const means = meaningsAt(n);
       if (c) {
-        c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value));
+        c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value, means[name]));
         if (c.r !== null) item(list, "↩", "returned", "return", c.r);
       }
       if (s) {
-        s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value));
+        s.v.forEach(([name, value]) => item(list, "⬆", "bound", name, value, means[name]));
         if ("b" in s) item(list, "⑂", "branch", "condition", s.b ? "true" : "false");
         if ("r" in s) item(list, "↩", "returned", "return", s.r);
       }
@@ -125,6 +131,15 @@
       const words = s && note(line, s);
       if (words) box.append(el("p", { className: "st-note" }, words));
       body.append(box);
+    }
+    // The figures the manifest derives from these lines' values, computed by the build from the
+    // values the run ended with (said so while another step is shown).
+    const figures = (data.d || []).filter(([a, b]) => all.some((n) => a <= n && n <= b)).flatMap((d) => d[2]);
+    if (figures.length) {
+      const list = el("ul", { className: "st-values" });
+      figures.forEach(([name, formula, value, means]) => item(list, "=", "derived", name, `${formula} = ${value}`, means));
+      const last = !step || at === step.list.length - 1;
+      body.append(el("div", { className: "st-derived" }, el("p", { className: "st-title" }, "Derived" + (last ? "" : ", from the values at the end of the run")), list));
     }
     // No line of the selection is left out without a reason.
     const quiet = all.filter((n) => !numbers.includes(n)), w = new Set(data.w || []);

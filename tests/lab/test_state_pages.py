@@ -13,6 +13,7 @@ from conftest import REPO, TESTS, run_infralens
 from infralens.build import load_project
 from infralens.build.memory import resolve
 from infralens.errors import Mark
+from infralens.lab import state
 from infralens.lab.resolve import plain_excerpt
 from infralens.lab.state import traced_spans
 from infralens.lab.state import (
@@ -25,7 +26,8 @@ from infralens.lab.state import (
     state_script,
 )
 from infralens.model.run import RunResult
-from infralens.model.starter import StateChoice
+from infralens.model.schema import Written
+from infralens.model.starter import DerivedSpec, StateChoice
 
 SAMPLE = TESTS / "sites" / "sample"
 LAB_PAGE = "output/labs/lab-01-sample/index.html"
@@ -315,3 +317,65 @@ def test_real_labs_show_the_final_values_of_their_hot_loops(tmp_path: Path) -> N
         shown = hint_of(flash, numbered(starter, start))
         assert shown == f"→ {value} (at return)", shown  # from the last of its 2 calls
     assert not re.search(r'<i data-v="[^"]*[\d,]\+[ )]', vectorization.read_text() + flash.read_text())  # no bare "+" count
+
+
+def with_figures(excerpt, *figures: tuple[str, str], meaning: tuple = ()):
+    """The sample excerpt with its second key block (line 10, `total = ...`) given figures (name, expr) and meanings."""
+    mark = Mark("labs/lab-01-sample.yml", 20, 5)
+    specs = tuple(DerivedSpec(name=name, expr=Written(text, mark, True), meaning=f"{name} in words", mark=mark) for name, text in figures)
+    block = replace(excerpt.key_blocks[1], derived=specs, meaning=tuple((name, words, mark) for name, words in meaning))
+    return replace(excerpt, key_blocks=(excerpt.key_blocks[0], block))
+
+
+@pytest.mark.unit
+def test_derived_figures_are_computed_from_the_recorded_values_of_the_block_and_the_excerpt(sample) -> None:
+    excerpt = with_figures(sample.excerpt, ("kib", "total / 1024"), ("layers", "kib * 1024 // per_layer"), meaning=(("total", "bytes a token adds"),))
+    spans = traced_spans(sample.lab, excerpt)
+    page = page_state(sample.lab, excerpt, run_with(STATE, spans), spans)
+    table = block_table(page, excerpt.key_blocks[1])
+    # 524,288 / 1024 from the block's own line; per_layer (8,192) from the excerpt's other line; kib from the figure before.
+    assert [(f.name, f.formula) for f in table.figures] == [("kib", "total ÷ 1,024"), ("layers", "⌊kib × 1,024 ÷ per_layer⌋")]
+    assert [f.value for f in table.figures] == ["512", "64"]
+    assert table.means == {"total": "bytes a token adds"} and table.worded
+    assert table.rows == ((10, "out", "total", "524,288"),)  # one short value, kept: the table carries its meaning
+    assert page.data["m"] == [[10, 10, {"total": "bytes a token adds"}]]
+    assert page.data["d"] == [[10, 10, [[f.name, f.formula, f.value, f.meaning] for f in table.figures]]]
+    assert state.run_problems(sample.lab, {excerpt.starter: run_with(STATE, spans)}, excerpt) == {}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("expr", "why"), [
+    ("total / (per_layer - per_layer)", "division by zero"),
+    ("total * tokens", "`tokens` was not recorded by the checked run"),
+    ("total * label", "`label` was recorded as \"'kv'\", not a number"),
+])
+def test_a_figure_the_run_cannot_compute_fails_check_and_says_why(sample, expr: str, why: str) -> None:
+    excerpt = with_figures(sample.excerpt, ("bad", expr))
+    spans = traced_spans(sample.lab, excerpt)
+    labelled = {**STATE, "lines": {**STATE["lines"], "10": {"count": 1, "exact": True, "samples": [{"values": {"total": "524,288", "label": "'kv'"}, "n": 1}]}}}
+    run = run_with(labelled, spans)
+    figure, = block_table(page_state(sample.lab, excerpt, run, spans), excerpt.key_blocks[1]).figures
+    assert (figure.value, figure.why) == ("", why)
+    problems = state.run_problems(sample.lab, {excerpt.starter: run}, excerpt)[excerpt.starter]
+    assert [str(p) for p in problems] == [f"labs/lab-01-sample.yml:20:5: error: derived 'bad': {why}"]
+    # A run that recorded no state cannot be held to its figures: the page then shows none.
+    assert state.run_problems(sample.lab, {excerpt.starter: replace(run, state="")}, excerpt) == {}
+
+
+@pytest.mark.cli
+def test_check_fails_a_derived_figure_its_run_cannot_compute_and_build_shows_the_figure_it_can(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    text = manifest.read_text()
+    figure = "    meaning: {total: bytes a token adds}\n    derived:\n      - {name: kib, expr: total / 1024, meaning: the same in KiB}\n"
+    manifest.write_text(text.replace("    note: Multiply by layers and the dtype width.\n", "    note: Multiply by layers and the dtype width.\n" + figure))
+    assert run_infralens("check", "lab-01-sample", cwd=sample_site).returncode == 0
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = (sample_site / LAB_PAGE).read_text()
+    assert '<tr class="kb-derived"><td><td>kib = total ÷ 1,024<td>512<td>the same in KiB' in page
+    assert "<td>524,288<td>bytes a token adds" in page
+    broken = figure.replace("total / 1024", "total / (total - total)")
+    manifest.write_text(text.replace("    note: Multiply by layers and the dtype width.\n", "    note: Multiply by layers and the dtype width.\n" + broken))
+    failed = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert failed.returncode == 1
+    line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if "name: kib" in row)
+    assert f"labs/lab-01-sample.yml:{line}:16: error: code/lab-01-sample/kv.py: derived 'kib': division by zero" in failed.stdout + failed.stderr

@@ -144,7 +144,18 @@ def block_table(data: dict, first: int, last: int) -> list[list[str]]:
                 rows.append([str(n), "condition", "true" if sample["b"] else "false"])
             if "r" in sample and not any(row[1] == "↩ return" and row[2] == brief(sample["r"]) for row in rows):  # not the def's again
                 rows.append([str(n), "↩ return", sample["r"]])
-    return [[number, name, brief(value)] for number, name, value in rows]  # as a line's end: tensors by shape
+    rows = [[number, name, brief(value)] for number, name, value in rows]  # as a line's end: tensors by shape
+    means = next((m for a, b, m in data.get("m", ()) if (a, b) == (first, last)), {})
+    figures = [["", f"{name} = {formula}", value, words] for a, b, shown in data.get("d", ()) if (a, b) == (first, last) for name, formula, value, words in shown]
+    if not worded(data, first, last):
+        return rows + [figure[:3] for figure in figures]
+    return [[*row, means.get(row[1].removeprefix("⬇ ").removeprefix("↩ "), "")] for row in rows] + figures
+
+
+def worded(data: dict, first: int, last: int) -> bool:
+    """Whether a note's table has a Meaning column: its manifest says what a value or a figure means."""
+    means = any((a, b) == (first, last) for a, b, _ in data.get("m", ()))
+    return means or any((a, b) == (first, last) and any(figure[3] for figure in shown) for a, b, shown in data.get("d", ()))
 
 
 WHEN = re.compile(r" \((?:last of|run|call|at return|at the end)[^()]*\)$")
@@ -257,6 +268,32 @@ def test_selecting_a_note_shows_its_functions_input_and_return(state_tab, state_
     assert tab.errors == []
 
 
+def test_a_note_with_meanings_and_derived_figures_shows_them_beside_its_values(state_tab, state_site: Path, resolved) -> None:
+    data = recorded(state_site, MEMORY)
+    block = next(b for b in resolved[MEMORY].excerpt.key_blocks if b.derived)
+    means = {name: words for name, words, _ in block.meaning}
+    assert means and [first for first, _, _ in data["m"]].count(block.first) == 1
+    (name, formula, value, words), = next(shown for first, last, shown in data["d"] if (first, last) == (block.first, block.last))
+    assert value == "16"  # 16 B/param: mixed-precision Adam's recipe, the run's own totals divided by its count
+    tab = state_tab()
+    page = tab.goto(MEMORY_PAGE)
+    page.click(f"#kb-{block.slug} .kb-link")
+    panel = page.locator(".state-panel")
+    expect(panel).to_be_visible()
+    items = [item for _, shown in panel_lines(page) for item in shown]
+    for bound, words in means.items():
+        assert any(item.startswith(f"⬆ bound {bound} = ") and item.endswith(f" — {words}") for item in items), (bound, items)
+    derived = panel.locator(".st-derived")
+    expect(derived.locator(".st-title")).to_have_text("Derived")
+    assert derived.locator("li").all_text_contents() == [f"= derived {name} = {formula} = {value} — {words}"]
+    # Without JS, the note's table says the same.
+    plain = state_tab(js=False).goto(MEMORY_PAGE)
+    rows = plain.locator(f"#kb-{block.slug} table.kb-state tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
+    assert rows[0] == ["Line", "Name", "Value", "Meaning"]
+    assert rows[-1] == ["", f"{name} = {formula}", value, words]
+    assert tab.errors == []
+
+
 def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(state_tab, state_site: Path, resolved) -> None:
     data = recorded(state_site, STEPPED)
     block, definition, entry = stepped_call(data, resolved)
@@ -366,7 +403,8 @@ def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_
     for block in resolved[MEMORY].excerpt.key_blocks:
         expected = block_table(data, block.first, block.last)
         table = page.locator(f"#kb-{block.slug} table.kb-state")
-        whole = expected and len({row[0] for row in expected}) == len(expected) and all(len(row[2]) <= HINT for row in expected)
+        explained = worded(data, block.first, block.last) or any(not row[0] for row in expected)  # meanings or figures
+        whole = expected and len({row[0] for row in expected}) == len(expected) and all(len(row[2]) <= HINT for row in expected) and not explained
         if not expected or whole:  # nothing, or each line's one value whole at its end already
             assert table.count() == 0, block.slug
             continue
@@ -375,7 +413,7 @@ def test_without_javascript_each_note_shows_its_state_table_and_the_lines_their_
         assert table.locator("caption").text_content() == "Values"
         rows = table.locator("tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
         rows = [[WHEN.sub("", cell) for cell in row] for row in rows]
-        assert rows == [["Line", "Name", "Value"], *expected], block.slug
+        assert rows == [["Line", "Name", "Value", *(["Meaning"] if worded(data, block.first, block.last) else [])], *expected], block.slug
     assert with_state >= 1
     assert "↩ return\t6,738,415,616" in page.locator("#kb-exact_parameter_count table.kb-state").inner_text()
     # Every line with state ends with its value, visible.
