@@ -281,8 +281,8 @@ def test_a_note_with_meanings_and_derived_figures_shows_them_beside_its_values(s
     panel = page.locator(".state-panel")
     expect(panel).to_be_visible()
     items = [item for _, shown in panel_lines(page) for item in shown]
-    for bound, words in means.items():
-        assert any(item.startswith(f"⬆ bound {bound} = ") and item.endswith(f" — {words}") for item in items), (bound, items)
+    for bound, said in means.items():
+        assert any(item.startswith(f"⬆ bound {bound} = ") and item.endswith(f" — {said}") for item in items), (bound, items)
     derived = panel.locator(".st-derived")
     expect(derived.locator(".st-title")).to_have_text("Derived")
     assert derived.locator("li").all_text_contents() == [f"= derived {name} = {formula} = {value} — {words}"]
