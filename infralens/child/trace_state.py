@@ -779,19 +779,19 @@ class FrameTracer:
                 record["t"] = self.tracer.tick
                 samples.set_last(record)
         self.unsummarized.clear()
-        # The loops still running when tracing stopped (all of this function's, for a call never
-        # traced: those whose indices it bound) end as the call returned.
+        # The loops still running when tracing stopped end as the call returned; of a call never
+        # traced, the loops whose indices were bound last by their header (in its last traced call).
+        names = self.tracer.names
         if self.untraced:
-            running = [h for h, code in self.tracer.loop_code.items() if code is frame.f_code]
+            running = [h for h, code in self.tracer.loop_code.items() if code is frame.f_code and names.get(h) and all(self.binder.get(n) == h for n in names[h])]
         else:
             line = self.stop_line
             running = [*self.tracer.chains.get(line, ()), *((line,) if line in self.tracer.loops else ())] if line is not None else []
         for header in running:
             samples = self.tracer.loop_samples.get(header)
-            values = self.indices(frame, header)
-            if samples is None or not values:
+            if samples is None:
                 continue
-            record = {"values": values, "n": samples.count, "at": "return", "t": self.tracer.tick}
+            record = {"values": self.indices(frame, header), "n": samples.count, "at": "return", "t": self.tracer.tick}
             if self.index:
                 record["call"] = self.index
             samples.set_last(record)
