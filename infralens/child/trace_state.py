@@ -606,8 +606,11 @@ class FrameTracer:
         """Count an iteration of the loop whose header ran last, if this line is in its body."""
         header, self.header = self.header, None
         first, last = self.tracer.loops[header]
-        if not first <= line <= last:
-            return  # the loop is over (or never started)
+        if not first <= line <= last:  # the loop is over (or never started)
+            later = self.later_loops.pop(header, None)
+            if later is not None:  # its indices are still the last iteration's: a later loop may rebind them
+                self.end_loop(frame, header, later)
+            return
         samples = self.tracer.loop_samples.get(header)
         if samples is None:
             samples = self.tracer.loop_samples[header] = Samples()
@@ -744,13 +747,19 @@ class FrameTracer:
                 self.mark(record, tick, line, current, own=line in self.tracer.fors)
                 self.tracer.lines[line].set_last(record)
         self.unsummarized.clear()
-        for header, (run, tick, current) in self.later_loops.items():
-            record = {"values": self.indices(frame, header), "n": run}
-            if self.index:
-                record["call"] = self.index
-            self.mark(record, tick, header, current, own=True)
-            self.tracer.loop_samples[header].set_last(record)
+        for header, later in self.later_loops.items():
+            self.end_loop(frame, header, later)
         self.later_loops.clear()
+
+    def end_loop(self, frame, header: int, later: tuple[int, int, dict[int, int]]) -> None:
+        """Keep a loop's last iteration (its number, tick and the iterations around it) as its last
+        sample, with its indices as the frame holds them now."""
+        run, tick, current = later
+        record = {"values": self.indices(frame, header), "n": run}
+        if self.index:
+            record["call"] = self.index
+        self.mark(record, tick, header, current, own=True)
+        self.tracer.loop_samples[header].set_last(record)
 
     def owned(self, line: int) -> list[str]:
         """The names a statement's last run left as they are now: those no statement rebound since
@@ -780,10 +789,11 @@ class FrameTracer:
                 samples.set_last(record)
         self.unsummarized.clear()
         # The loops still running when tracing stopped end as the call returned; of a call never
-        # traced, the loops whose indices were bound last by their header (in its last traced call).
+        # traced, the loops whose indices no recorded statement bound after their header (in its
+        # last traced call): a later loop over the same `i` does not lend its value to this one.
         names = self.tracer.names
         if self.untraced:
-            running = [h for h, code in self.tracer.loop_code.items() if code is frame.f_code and names.get(h) and all(self.binder.get(n) == h for n in names[h])]
+            running = [h for h, code in self.tracer.loop_code.items() if code is frame.f_code and names.get(h) and all(self.binder.get(n, h) == h for n in names[h])]
         else:
             line = self.stop_line
             running = [*self.tracer.chains.get(line, ()), *((line,) if line in self.tracer.loops else ())] if line is not None else []

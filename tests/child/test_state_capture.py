@@ -513,3 +513,12 @@ def test_loops_are_found_with_their_bodies_and_every_statement_with_the_loops_ar
     assert chains[4] == (1,) and chains[5] == () and chains[6] == (5,)  # a nested function's frame starts anew
     assert chains[8] == ()  # the else runs once, after the loop
     assert chains[11] == (10,)
+
+
+@pytest.mark.cli
+def test_a_loop_keeps_its_own_last_index_when_a_later_loop_reuses_the_name(tmp_path: Path) -> None:
+    code = "def passes(n):\n    for i in range(n):\n        a = i\n    for i in range(2):\n        b = i\n    return a + b\n\nprint(passes(9))\n"
+    traced, state, _ = trace(tmp_path, code, [[1, 8]])
+    assert traced.returncode == 0, traced.stderr
+    first = state["loops"]["2"]["samples"][-1]
+    assert (first["n"], first["l"], first["values"]) == (9, [9], {"i": "8"})  # not the 1 the second loop left in i
