@@ -17,6 +17,13 @@ What is recorded, for each statement that starts inside a range:
 - for `if`, `elif` and `while`, the branch taken ("branch": true when the next line the frame ran
   is in the body), and how often each way ("taken": [true, false]);
 - for a function whose `def` is inside a range: its parameters at entry and its return value.
+- for each loop (`for`, `async for`, `while`) whose header or body touches a range, its iterations
+  ("loops", by header line; "end": the body's last line), each with the loop's indices and those of
+  the loops around it (the targets of their `for`s), briefly summarized.
+Every record says when its run started ("t", a count of the line events traced) and, inside loops,
+which iteration of each loop around it (outermost first; a header's own iteration last) it ran in
+("l", iterations numbered over all calls of the function): the page shows one moment at a time.
+A `for` header's last run, which finds its iterator exhausted, is neither a run nor an iteration.
 A statement run many times keeps its first SAMPLES runs and its last, with the total count, and
 each line says how many calls its function had ("calls"). A frame that has traced LINE_BUDGET
 lines stops being traced: its counts then say "at least" ("exact": false), and when it returns,
@@ -304,6 +311,39 @@ def statement_shapes(source: str) -> tuple[dict[int, tuple[int, int, int]], set[
     return branches, returns, effects
 
 
+def statement_loops(source: str) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, ...]], set[int]]:
+    """Return the loops (`for`, `async for`, `while`) by their header's line, each as the first and
+    last line of its body; for every statement, by the line it starts on, the headers of the loops
+    whose body holds it in the same frame (outermost first: a nested function's body starts anew);
+    and the headers of the `for` loops."""
+    loops: dict[int, tuple[int, int]] = {}
+    chains: dict[int, tuple[int, ...]] = {}
+    fors: set[int] = set()
+
+    def visit(node: ast.AST, chain: tuple[int, ...]) -> None:
+        if isinstance(node, ast.stmt):
+            chains.setdefault(node.lineno, chain)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            chain = ()  # its body runs in a frame of its own
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            first = node.body[0]
+            starts = [first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))]
+            loops[node.lineno] = (min(starts), node.body[-1].end_lineno or node.body[-1].lineno)
+            if not isinstance(node, ast.While):
+                fors.add(node.lineno)
+            for field, value in ast.iter_fields(node):
+                inner = chain + (node.lineno,) if field == "body" else chain
+                for child in value if isinstance(value, list) else [value]:
+                    if isinstance(child, ast.AST):
+                        visit(child, inner)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, chain)
+
+    visit(ast.parse(source), ())
+    return loops, chains, fors
+
+
 def inert(value) -> bool:
     """Whether a value says nothing as what a call was handed: a module, a function or a class."""
     return isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))
@@ -381,6 +421,17 @@ class Tracer:
         """Per code object, how many more untraced calls may have their return recorded (RETURNS)."""
         self.live: dict[int, tuple] = {}
         """Frames being traced now, so a state taken before they return (at os._exit) has their last runs."""
+        loops, chains, fors = statement_loops(source)
+        self.loops = {h: body for h, body in loops.items() if any(first <= body[1] and h <= last for first, last in ranges)}
+        """The loops whose header or body touches a range, by header: the first and last line of the body."""
+        self.chains = {line: tuple(h for h in chain if h in self.loops) for line, chain in chains.items()}
+        """Each statement → the headers of those loops around it, outermost first."""
+        self.fors = fors & set(self.loops)
+        self.loop_samples: dict[int, Samples] = {}
+        """Per loop, its iterations: the first SAMPLES and the last, each with the loop indices then."""
+        self.loop_code: dict[int, object] = {}
+        self.tick = 0
+        """Line events traced so far, in every frame: the order of the records ("t")."""
 
     def inside(self, line: int) -> bool:
         return any(first <= line <= last for first, last in self.ranges)
@@ -449,11 +500,18 @@ class Tracer:
             lines[str(line)] = {**samples.as_json(), "calls": self.called.get(code, 1) if code.co_name != "<module>" else 0}
         for code, samples in self.call_samples.items():
             samples.count = self.called[code]  # every call counted, traced or not
+        loops = {}
+        for header, samples in sorted(self.loop_samples.items()):
+            code = self.loop_code[header]
+            samples.exact = code not in self.skipped
+            calls = self.called.get(code, 1) if code.co_name != "<module>" else 0
+            loops[str(header)] = {**samples.as_json(), "end": self.loops[header][1], "calls": calls}
         state = {
             "version": 1,
             "truncated": False,
             "lines": lines,
             "calls": {str(line): samples.as_json() for line, samples in sorted(self.calls.items())},
+            "loops": loops,
         }
         return state
 
@@ -467,6 +525,12 @@ class FrameTracer:
     count per run, not a summary: what the tracer adds to a timed loop stays small. A frame whose
     lines stop being traced (over budget, or never traced: `lines=False`) summarizes at its return
     each name the statement that bound it last while traced: its value as the call returned.
+
+    Every record says when its run started ("t", the tracer's count of line events then) and, for a
+    statement inside loops, which iteration of each it ran in ("l", outermost first, each loop's
+    iterations counted over all its calls): a page can show lines of one moment side by side. An
+    iteration starts when a loop's header runs and the next line is in its body; a `for` header's
+    last run, which finds the iterator exhausted, is no run of it (it binds nothing).
     """
 
     def __init__(self, tracer: Tracer, frame, index: int, lines: bool = True) -> None:
@@ -484,6 +548,16 @@ class FrameTracer:
         """Each name → the statement that bound it last in this frame (an untraced frame: in the last traced one)."""
         self.observed: dict[int, list[tuple[str, int | None]]] = {}
         """Each call statement → its names, each with the statement that had bound it when the call last ran."""
+        self.pending_tick = self.branch_tick = self.header_tick = 0
+        self.header: int | None = None
+        """A loop header just run: the next line tells whether it starts an iteration."""
+        self.started: int | None = None
+        """The loop whose iteration the current line event started, if any."""
+        self.current: dict[int, int] = {}
+        """Each loop → the number of its iteration running now (replaced, never changed: records keep it)."""
+        self.later_loops: dict[int, tuple[int, int, dict[int, int]]] = {}
+        """Loops whose last iteration is not summarized yet → (its number, its tick, the iterations then)."""
+        self.stop_line: int | None = None
         self.index = index if code.co_name != "<module>" else 0
         definition = tracer.functions.get(code.co_firstlineno)
         if definition is not None and tracer.inside(definition) and self.index:
@@ -498,18 +572,25 @@ class FrameTracer:
     def trace(self, frame, event, arg):
         if event == "line":
             line = frame.f_lineno
+            tick = self.tracer.tick = self.tracer.tick + 1
+            self.started = None
+            if self.header is not None:
+                self.iterate(frame, line)
             if self.branch is not None and not self.branch < line <= self.tracer.branches[self.branch][0]:
                 self.decide(frame, line)
             self.finish(frame)
+            if line in self.tracer.loops:
+                self.header, self.header_tick = line, tick
             if self.tracer.inside(line):
                 if self.tracer.names.get(line):  # a statement that binds something
-                    self.pending = line
+                    self.pending, self.pending_tick = line, tick
                 elif line in self.tracer.branches and self.tracer.branches[line][1] != line:
-                    self.branch = line
+                    self.branch, self.branch_tick = line, tick
             code = frame.f_code
             spent = self.tracer.spent[code] = self.tracer.spent.get(code, 0) + 1
             if spent >= LINE_BUDGET:  # a hot loop or a hot function: stop tracing its lines
-                self.branch = None
+                self.branch = self.header = None
+                self.stop_line = line
                 self.finish(frame)
                 self.flush(frame)
                 frame.f_trace_lines = False
@@ -520,6 +601,57 @@ class FrameTracer:
         elif event == "exception":
             self.branch = None  # the next line run is a handler's, not a branch
         return self.trace
+
+    def iterate(self, frame, line: int) -> None:
+        """Count an iteration of the loop whose header ran last, if this line is in its body."""
+        header, self.header = self.header, None
+        first, last = self.tracer.loops[header]
+        if not first <= line <= last:  # the loop is over (or never started)
+            later = self.later_loops.pop(header, None)
+            if later is not None:  # its indices are still the last iteration's: a later loop may rebind them
+                self.end_loop(frame, header, later)
+            return
+        samples = self.tracer.loop_samples.get(header)
+        if samples is None:
+            samples = self.tracer.loop_samples[header] = Samples()
+            self.tracer.loop_code[header] = frame.f_code
+        self.started = header
+        if len(samples.kept) < SAMPLES:
+            record = {"values": self.indices(frame, header)}
+            if self.index:
+                record["call"] = self.index
+            samples.add(record)
+            self.current = {**self.current, header: samples.count}
+            self.mark(record, self.header_tick, header, self.current, own=True)
+        else:
+            samples.count += 1
+            self.current = {**self.current, header: samples.count}
+            self.later_loops[header] = (samples.count, self.header_tick, self.current)
+
+    def indices(self, frame, header: int) -> dict:
+        """What the targets of a loop and of the loops around it hold, briefly: its indices."""
+        values = {}
+        for loop in (*self.tracer.chains.get(header, ()), header):
+            for name in self.tracer.names.get(loop, ()):
+                found, value = lookup(frame, name)
+                if found:
+                    values[name] = summarize(value, 0)
+        return values
+
+    def mark(self, record: dict, tick: int, line: int, current: dict[int, int], own: bool = False) -> None:
+        """Say when a record's run started, and in which iteration of each loop around it (and of
+        the loop it heads, when `own`: an iteration it started)."""
+        record["t"] = tick
+        chain = self.tracer.chains.get(line, ())
+        if own:
+            chain = (*chain, line)
+        iterations = []
+        for header in chain:
+            if header not in current:
+                break
+            iterations.append(current[header])
+        if iterations:
+            record["l"] = iterations
 
     def returned(self, frame, arg) -> None:
         """Finish the frame: its last statement, its values at return, what it returned; an
@@ -533,6 +665,7 @@ class FrameTracer:
             self.finish_call(frame, arg)
 
     def finish_call(self, frame, arg) -> None:
+        self.started = self.header = None
         if self.branch is not None:
             self.decide(frame, None)
         self.finish(frame)
@@ -555,6 +688,7 @@ class FrameTracer:
                 record = {"values": {}, "return": summary if summary is not None else summarize(arg)}
                 if self.index:
                     record["call"] = self.index
+                self.mark(record, self.tracer.tick, line, self.current)
                 samples.add(record)
         elif left_by != YIELD_VALUE and self.call is not None:  # left by an exception, not a return
             self.call["raised"] = True
@@ -572,6 +706,7 @@ class FrameTracer:
         record: dict = {"values": {}, "branch": taken}
         if self.index:
             record["call"] = self.index
+        self.mark(record, self.branch_tick, at, self.current, own=self.started == at)
         if len(samples.kept) < SAMPLES:
             samples.add(record)
         else:
@@ -584,13 +719,17 @@ class FrameTracer:
         line, self.pending = self.pending, None
         if line is None:
             return
+        if line in self.tracer.fors and self.started != line:
+            return  # the iterator was exhausted: the header bound nothing
         samples = self.tracer.samples(line, frame.f_code)
         if len(samples.kept) < SAMPLES:
-            samples.add(self.record(frame, self.tracer.names[line], line))
+            record = self.record(frame, self.tracer.names[line], line)
+            self.mark(record, self.pending_tick, line, self.current, own=line in self.tracer.fors)
+            samples.add(record)
             self.unsummarized.pop(line, None)
         else:
             samples.count += 1
-            self.unsummarized[line] = samples.count
+            self.unsummarized[line] = (samples.count, self.pending_tick, self.current)
         if line in self.tracer.effects and line not in self.tracer.mutators:  # a call that reads its names: their binder still owns them
             self.observed[line] = [(name, self.binder.get(name)) for name in self.tracer.names[line]]
         else:
@@ -600,13 +739,27 @@ class FrameTracer:
     def flush(self, frame) -> None:
         """Summarize the last run of each statement that ran since its last summary, as far as the
         frame still holds what that run bound."""
-        for line, run in self.unsummarized.items():
+        for line, (run, tick, current) in self.unsummarized.items():
             names = self.owned(line)
             if names:
                 record = self.record(frame, names, line)
                 record["n"] = run
+                self.mark(record, tick, line, current, own=line in self.tracer.fors)
                 self.tracer.lines[line].set_last(record)
         self.unsummarized.clear()
+        for header, later in self.later_loops.items():
+            self.end_loop(frame, header, later)
+        self.later_loops.clear()
+
+    def end_loop(self, frame, header: int, later: tuple[int, int, dict[int, int]]) -> None:
+        """Keep a loop's last iteration (its number, tick and the iterations around it) as its last
+        sample, with its indices as the frame holds them now."""
+        run, tick, current = later
+        record = {"values": self.indices(frame, header), "n": run}
+        if self.index:
+            record["call"] = self.index
+        self.mark(record, tick, header, current, own=True)
+        self.tracer.loop_samples[header].set_last(record)
 
     def owned(self, line: int) -> list[str]:
         """The names a statement's last run left as they are now: those no statement rebound since
@@ -632,8 +785,27 @@ class FrameTracer:
                 # (the same values as a run summarized as it ran, in the same call: that sample says it already)
                 record["n"] = samples.count
                 record["at"] = "return"
+                record["t"] = self.tracer.tick
                 samples.set_last(record)
         self.unsummarized.clear()
+        # The loops still running when tracing stopped end as the call returned; of a call never
+        # traced, the loops whose indices no recorded statement bound after their header (in its
+        # last traced call): a later loop over the same `i` does not lend its value to this one.
+        names = self.tracer.names
+        if self.untraced:
+            running = [h for h, code in self.tracer.loop_code.items() if code is frame.f_code and names.get(h) and all(self.binder.get(n, h) == h for n in names[h])]
+        else:
+            line = self.stop_line
+            running = [*self.tracer.chains.get(line, ()), *((line,) if line in self.tracer.loops else ())] if line is not None else []
+        for header in running:
+            samples = self.tracer.loop_samples.get(header)
+            if samples is None:
+                continue
+            record = {"values": self.indices(frame, header), "n": samples.count, "at": "return", "t": self.tracer.tick}
+            if self.index:
+                record["call"] = self.index
+            samples.set_last(record)
+        self.later_loops.clear()
 
     def record(self, frame, names: list[str], line: int) -> dict:
         values = {}
@@ -689,11 +861,11 @@ def capped(state: dict, limit: int = MAX_BYTES) -> dict:
     if len(json.dumps(state)) <= limit:
         return state
     state = {**state, "truncated": True}
-    for group in ("lines", "calls"):
-        for entry in state[group].values():
+    for group in ("lines", "calls", "loops"):
+        for entry in state.get(group, {}).values():
             entry["samples"] = entry["samples"][:1]
-    for group in ("calls", "lines"):
-        while len(json.dumps(state)) > limit and state[group]:
+    for group in ("loops", "calls", "lines"):
+        while len(json.dumps(state)) > limit and state.get(group):
             state[group].pop(next(reversed(state[group])))
     return state
 
@@ -795,9 +967,9 @@ def merged(state: dict, output: str) -> dict:
             except (OSError, ValueError):
                 continue
     for other in sorted(children, key=lambda c: str(c.get("process", ""))):
-        for group in ("lines", "calls"):
+        for group in ("lines", "calls", "loops"):
             for line, entry in other.get(group, {}).items():
-                if line not in state[group]:
+                if line not in state.setdefault(group, {}):
                     state[group][line] = {**entry, "process": other.get("process", "")}
     return state
 

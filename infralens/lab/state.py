@@ -227,10 +227,21 @@ def allowed(name: str, choices: list[StateChoice]) -> bool:
     return all(choice.allows(name) for choice in choices)
 
 
+def moment(sample: dict, kept: dict) -> dict:
+    """Add to a kept run when it started (t) and its iteration of each loop around it (l), as the
+    tracer recorded them: the panel shows the lines of one moment together."""
+    if isinstance(sample.get("t"), int):
+        kept["t"] = sample["t"]
+    if isinstance(sample.get("l"), list) and sample["l"]:
+        kept["l"] = [int(n) for n in sample["l"]]
+    return kept
+
+
 def line_sample(sample: dict, choices: list[StateChoice]) -> dict:
     """One kept run of a line as the panel reads it: run number, call, values, and where they
-    apply, taken at return (at), the branch taken (b), the value returned (r)."""
+    apply, taken at return (at), the branch taken (b), the value returned (r), when it ran (t, l)."""
     kept = {"n": sample.get("n", 1), "k": sample.get("call", 0), "v": [[name, str(value)] for name, value in sample.get("values", {}).items() if allowed(name, choices)]}
+    moment(sample, kept)
     if sample.get("at") == "return":
         kept["at"] = 1
     if isinstance(sample.get("branch"), bool):
@@ -238,6 +249,37 @@ def line_sample(sample: dict, choices: list[StateChoice]) -> dict:
     if "return" in sample:
         kept["r"] = str(sample["return"])
     return kept
+
+
+INDEX = 16
+"""Longest loop index the panel's step bar names ("i = 1"); a longer value (a tensor, a dict) is no index."""
+
+
+def index_value(value: str) -> bool:
+    """Whether a loop target's summary reads as an index in the step bar: short and one word."""
+    return len(value) <= INDEX and " " not in value
+
+
+def loop_data(state: dict, shown: set[int], starter_choice: StateChoice | None, blocks: tuple[KeyBlock, ...]) -> dict[str, dict]:
+    """The loops the panel steps through, by header: the body's last line (e), the iterations
+    counted (c, x: exact), the calls of their function (a), and each kept iteration's call (k),
+    start (t), iterations (l) and indices (v), or that it is what the call held at return (at).
+    Only loops around or among the excerpt's shown lines, with more than one iteration kept."""
+    loops = {}
+    for key, entry in state.get("loops", {}).items():
+        samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)]
+        header, end = int(key), int(entry.get("end", 0))
+        if len(samples) < 2 or not any(header <= n <= end for n in shown):
+            continue
+        choices = choice_for(header, starter_choice, blocks)
+        kept = []
+        for sample in samples:
+            one = moment(sample, {"k": sample.get("call", 0), "v": [[name, str(value)] for name, value in sample.get("values", {}).items() if allowed(name, choices) and index_value(str(value))]})
+            if sample.get("at") == "return":
+                one["at"] = 1
+            kept.append(one)
+        loops[key] = {"e": end, "c": entry.get("count", len(samples)), "x": bool(entry.get("exact", True)), "a": int(entry.get("calls", 0) or 0), "s": kept}
+    return loops
 
 
 def recordable(source: SourceFile, spans: tuple[tuple[int, int], ...]) -> list[int]:
@@ -309,6 +351,9 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         return None
     finished = result.finished if result else ""
     data = {"run": finished, "truncated": bool(state.get("truncated")), "lines": data_lines, "calls": data_calls}
+    loops = loop_data(state, shown_lines, starter.state, own)
+    if loops:
+        data["o"] = loops
     if source is not None:
         data["w"] = recordable(source, spans)
     page = PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))

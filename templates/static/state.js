@@ -3,7 +3,9 @@
    selected lines it lists what the checked run recorded: a function's inputs (⬇) and return (↩),
    what each line bound (⬆), the branch a condition took (⑂) and what a return line returned (↩).
    A function called several times, or a line run many times, kept its first runs and its last:
-   the reader steps through them (‹ call 2 of 5 ›). Counts and "at return" read as on the line ends
+   the reader steps through them (‹ call 2 of 5 ›). Inside a loop, a step is one iteration of it
+   (‹ iteration 2 of 496 · i = 1 ›): every selected line shows what it held at that moment, the
+   same iteration of the same call, never a run of another one beside it. Counts and "at return" read as on the line ends
    (lab/state.py's wording, "≥" for a lower bound), each said once more in a sentence; a selected
    line with nothing to show says why. */
 (() => {
@@ -27,10 +29,25 @@
     return out.join(" ");
   }
 
-  /* The runs to step through: a selected function's calls, else the runs of its busiest line. */
+  /* The loop to step through: the innermost one around every selected line, else the first one
+     the selection holds (data.o keeps only loops with more than one iteration kept). */
+  function loopOf(numbers) {
+    const loops = Object.entries(data.o || {}).map(([h, e]) => [+h, e]);
+    const lo = Math.min(...numbers), hi = Math.max(...numbers);
+    return loops.filter(([h, e]) => h <= lo && hi <= e.e).sort((a, b) => b[0] - a[0])[0]
+      || loops.filter(([h]) => numbers.includes(h)).sort((a, b) => a[0] - b[0])[0];
+  }
+
+  /* The runs to step through: a selected function's calls, else a loop's iterations, else the runs
+     of the busiest line. */
   function steps(numbers) {
     const call = numbers.map((n) => data.calls[n]).find((entry) => entry && entry.s.length > 1);
     if (call) return { kind: "call", count: call.c, exact: call.x, list: call.s.map((s) => s.k) };
+    const loop = numbers.length && loopOf(numbers);
+    if (loop) {
+      const [h, e] = loop;
+      return { kind: "iteration", count: e.c, exact: e.x, list: e.s.map((s) => (s.l ? s.l[s.l.length - 1] : e.c)), at: e.s.map((s) => s.at), h, loop: e };
+    }
     const busiest = numbers.map((n) => data.lines[n]).filter((entry) => entry && entry.s.length > 1)
       .sort((a, b) => b.s.length - a.s.length)[0];
     if (!busiest) return null;
@@ -38,16 +55,53 @@
     return { kind: calls.size > 1 ? "run" : "iteration", count: busiest.c, exact: busiest.x, list: busiest.s.map((s) => s.n), at: busiest.s.map((s) => s.at), entry: busiest };
   }
 
-  /* The sample of an entry to show at this step: of the chosen call, else at the same place. */
-  function sampleOf(entry, step, isCall) {
+  const latest = (list) => list.reduce((a, b) => (b.t > a.t ? b : a), list[0]) || null;
+
+  /* A line's sample at a loop's iteration: in the loop, its run of that iteration (the latest one,
+     for a line of an inner loop); before it, its latest run of the same call, when no later kept run
+     shows that one was not the last before the iteration; at return, what it held then. */
+  function inLoop(entry, step, n) {
+    const S = step.loop.s[at], inside = n >= step.h && n <= step.loop.e;
+    if (S.at) {
+      const held = latest(entry.s.filter((s) => s.k === S.k && s.at));
+      const last = latest(entry.s.filter((s) => s.k === S.k));
+      return held || (last && (!inside || last.n === entry.c) ? last : null);
+    }
+    const d = S.l.length - 1;
+    if (inside) return latest(entry.s.filter((s) => s.l && s.l.length > d && s.l[d] === S.l[d]));
+    const before = latest(entry.s.filter((s) => s.k === S.k && !s.at && s.t < S.t));
+    return before && ((before.n === entry.c && entry.x) || entry.s.some((s) => s.n === before.n + 1 && s.t > S.t)) ? before : null;
+  }
+
+  /* The sample of an entry to show at this step: of the chosen call, of the chosen iteration, else
+     at the same place. */
+  function sampleOf(entry, step, isCall, n) {
     if (!step) return entry.s[entry.s.length - 1];
     if (step.kind === "call") {
       const k = step.list[at];
       const found = entry.s.filter((s) => s.k === k);
       return found.length ? found[found.length - 1] : null;
     }
+    if (step.loop && !isCall) return inLoop(entry, step, n);
     if (isCall || entry.s.length === 1) return entry.s[entry.s.length - 1];
     return entry.s[Math.min(at, entry.s.length - 1)];
+  }
+
+  /* Why a selected line shows nothing at this step. */
+  function absent(entry, step) {
+    if (step && step.kind === "call") return "not run in this call";
+    if (step && step.loop) return entry.c > entry.s.length || !entry.x ? "not kept for this iteration" : "did not run in this iteration";
+    return "not recorded";
+  }
+
+  /* The step bar's words: which iteration (or call, or run), and for a loop's iteration its call
+     and the loop indices then ("iteration 2 of 496 · call 1 of 64 · h = 0, i = 1"). */
+  function stepLabel(step, of) {
+    const text = step.at && step.at[at] ? `at return, after ${of} ${step.kind}s` : `${step.kind} ${fmt(step.list[at])} of ${of}`;
+    if (!step.loop) return text;
+    const s = step.loop.s[at];
+    const more = [s.k && step.loop.a > 1 ? `call ${fmt(s.k)} of ${fmt(step.loop.a)}` : "", s.v.map(([name, value]) => `${name} = ${value}`).join(", ")];
+    return [text, ...more.filter(Boolean)].join(" · ");
   }
 
   function item(list, mark, label, name, value, means) {
@@ -97,7 +151,7 @@
       prev.onclick = () => go(-1, ".st-prev", ".st-next");
       next.onclick = () => go(1, ".st-next", ".st-prev");
       const of = tot({ c: step.count, x: step.exact });
-      const label = el("span", { className: "st-at" }, step.at && step.at[at] ? `at return, after ${of} ${step.kind}s` : `${step.kind} ${fmt(step.list[at])} of ${of}`);
+      const label = el("span", { className: "st-at" }, stepLabel(step, of));
       bar.append(prev, " ", label, " ", next);
       if (step.list.length < step.count) bar.append(" ", el("span", { className: "st-kept" }, `(${step.list.length} of ${of} kept)`));
       body.append(bar);
@@ -112,7 +166,7 @@
       box.append(title);
       const list = el("ul", { className: "st-values" });
       const call = data.calls[n], line = data.lines[n];
-      const c = call && sampleOf(call, step, true), s = line && sampleOf(line, step, false);
+      const c = call && sampleOf(call, step, true, n), s = line && sampleOf(line, step, false, n);
       const means = meaningsAt(n);
       if (c) {
         c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value, means[name]));
@@ -123,7 +177,7 @@
         if ("b" in s) item(list, "⑂", "branch", "condition", s.b ? "true" : "false");
         if ("r" in s) item(list, "↩", "returned", "return", s.r);
       }
-      if (!c && !s) list.append(el("li", { className: "st-none" }, step && step.kind === "call" ? "not run in this call" : "not recorded"));
+      if (!c && !s) list.append(el("li", { className: "st-none" }, absent(line || call, step)));
       const runs = (call || line).c;
       if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, !line || call ? "last of " + fmt(runs) + " calls"
         : s.at ? "at return, after " + tot(line) + " runs" : s.n === runs && line.x ? "last of " + fmt(runs) + " runs" : "run " + fmt(s.n) + " of " + tot(line)));

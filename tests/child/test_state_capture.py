@@ -120,6 +120,11 @@ def test_a_state_over_its_cap_keeps_first_samples_then_drops_whole_lines() -> No
     assert capped(small) is small
 
 
+def bare(record: dict) -> dict:
+    """A record without when it ran ("t") and in which iterations ("l"): what it holds."""
+    return {key: value for key, value in record.items() if key not in ("t", "l")}
+
+
 def trace(tmp_path: Path, code: str, ranges: list[list[int]], *args: str) -> tuple[subprocess.CompletedProcess, dict, subprocess.CompletedProcess]:
     starter = tmp_path / "starter.py"
     starter.write_text(code)
@@ -153,7 +158,7 @@ def test_the_tracer_records_bindings_loops_and_calls_and_prints_what_the_starter
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout == "total 90 kv __main__\n"
     lines = state["lines"]
-    assert lines["9"] == {"count": 1, "exact": True, "samples": [{"values": {"total": "0"}, "n": 1}], "calls": 0}
+    assert {**lines["9"], "samples": [bare(s) for s in lines["9"]["samples"]]} == {"count": 1, "exact": True, "samples": [{"values": {"total": "0"}, "n": 1}], "calls": 0}
     loop = lines["11"]  # total += scale(i): ten runs, the first three and the last kept
     assert (loop["count"], loop["exact"]) == (10, True)
     assert [s["values"]["total"] for s in loop["samples"]] == ["0", "2", "6", "90"]
@@ -167,7 +172,7 @@ def test_the_tracer_records_bindings_loops_and_calls_and_prints_what_the_starter
     body = lines["5"]  # y = x * k, traced on calls 1, 2, 3, 4 and 8 only: a lower bound
     assert (body["count"], body["exact"], body["calls"]) == (5, False, 10)
     assert [s["call"] for s in body["samples"]] == [1, 2, 3, 10]  # the last: y as call 10 returned
-    assert body["samples"][-1] == {"values": {"y": "18"}, "call": 10, "n": 5, "at": "return"}
+    assert bare(body["samples"][-1]) == {"values": {"y": "18"}, "call": 10, "n": 5, "at": "return"}
     returned = lines["6"]  # return y: the value each call returned
     assert [(s["call"], s["return"]) for s in returned["samples"]] == [(1, "0"), (2, "2"), (3, "4"), (10, "18")]
     assert state["truncated"] is False
@@ -193,7 +198,7 @@ def test_a_hot_loop_stops_being_traced_and_says_its_count_is_a_lower_bound(tmp_p
     assert body["samples"][-1]["values"] == {"s": f"{sum(range(50_000)):,}"} and body["samples"][-1]["at"] == "return"
     assert state["lines"]["3"]["samples"][-1]["values"] == {"i": "49,999"}
     assert state["lines"]["5"]["samples"][-1]["return"] == f"{sum(range(50_000)):,}"
-    assert state["lines"]["2"]["samples"] == [{"values": {"s": "0"}, "call": 1, "n": 1}]  # rebound since: its own run stays
+    assert [bare(s) for s in state["lines"]["2"]["samples"]] == [{"values": {"s": "0"}, "call": 1, "n": 1}]  # rebound since: its own run stays
 
 
 @pytest.mark.cli
@@ -236,7 +241,7 @@ def test_conditions_record_the_branch_taken_and_how_often_each_way(tmp_path: Pat
     assert [s["branch"] for s in lines["6"]["samples"]] == [False, False, True] and lines["6"]["taken"] == [1, 2]
     assert [s["branch"] for s in lines["8"]["samples"]] == [False, True]  # elif: run only when the if was false
     assert lines["10"]["taken"] == [5, 2]  # while: 3 + 2 passes, then false twice
-    assert lines["10"]["samples"][-1] == {"values": {}, "branch": False, "call": 2, "n": 7}
+    assert bare(lines["10"]["samples"][-1]) == {"values": {}, "branch": False, "call": 2, "n": 7}
 
 
 @pytest.mark.cli
@@ -400,3 +405,120 @@ def test_torch_compile_captures_the_same_graphs_under_the_tracer(tmp_path: Path)
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout and plain.stdout.startswith("graphs [")
     assert "compiled regions entered 2" in plain.stdout  # the graph, and the one resumed after the break
+
+
+LOOPS = """\
+def grid(rows, cols):
+    total = 0
+    for h in range(rows):
+        row = h * 10
+        for i in range(cols):
+            cell = row + i
+            total += cell
+    return total
+
+
+def spin(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+
+def drain(items):
+    while items:
+        last = items.pop()
+    return last
+
+
+print(grid(2, 3), grid(1, 2), drain([1, 2]))
+print(spin(50_000))
+"""
+
+
+@pytest.mark.cli
+def test_each_record_says_when_it_ran_and_in_which_iteration_of_each_loop_around_it(tmp_path: Path) -> None:
+    traced, state, plain = trace(tmp_path, LOOPS, [[1, 25]])
+    assert traced.returncode == 0 and traced.stdout == plain.stdout
+    lines, loops = state["lines"], state["loops"]
+    # The outer loop: 2 + 1 iterations over two calls of grid, each with its index.
+    outer = loops["3"]
+    assert (outer["count"], outer["exact"], outer["end"], outer["calls"]) == (3, True, 7, 2)
+    assert [(s["call"], s["l"], s["values"]) for s in outer["samples"]] == [(1, [1], {"h": "0"}), (1, [2], {"h": "1"}), (2, [3], {"h": "0"})]
+    # The inner one: 3 + 3 + 2 iterations, numbered over all calls; its indices name the outer loop's too.
+    inner = loops["5"]
+    assert inner["count"] == 8
+    assert [(s["call"], s["l"], s["values"]) for s in inner["samples"]] == [
+        (1, [1, 1], {"h": "0", "i": "0"}), (1, [1, 2], {"h": "0", "i": "1"}), (1, [1, 3], {"h": "0", "i": "2"}),
+        (2, [3, 8], {"h": "0", "i": "1"}),  # the true last: call 2's second inner iteration
+    ]
+    # The body's lines carry the same iterations as the loops' records of their moment.
+    assert [s["l"] for s in lines["6"]["samples"]] == [[1, 1], [1, 2], [1, 3], [3, 8]]
+    assert [s["values"]["cell"] for s in lines["6"]["samples"]] == ["0", "1", "2", "1"]
+    assert [s["l"] for s in lines["4"]["samples"]] == [[1], [2], [3]]  # in the outer loop only
+    assert "l" not in lines["2"]["samples"][0] and "l" not in lines["8"]["samples"][0]  # before and after the loops
+    # A for header's runs are its iterations: the run that finds the iterator exhausted is none.
+    assert lines["5"]["count"] == 8 and [s["l"] for s in lines["5"]["samples"]] == [[1, 1], [1, 2], [1, 3], [3, 8]]
+    assert lines["3"]["count"] == 3
+    # "t" orders every record of a run: a loop's iteration starts before its body's lines run.
+    ticks = [s["t"] for s in inner["samples"]]
+    assert ticks == sorted(ticks)
+    for iteration, body in zip(inner["samples"], lines["6"]["samples"], strict=True):
+        assert iteration["t"] < body["t"] < iteration["t"] + 3
+    assert lines["2"]["samples"][0]["t"] < outer["samples"][0]["t"] < lines["8"]["samples"][0]["t"]
+    # A while loop: its true tests start iterations; the false one, the last, belongs to none.
+    assert loops["19"]["count"] == 2 and [s["l"] for s in loops["19"]["samples"]] == [[1], [2]]
+    tests = lines["19"]["samples"]
+    assert [(s["branch"], s.get("l")) for s in tests] == [(True, [1]), (True, [2]), (False, None)]
+    assert [s["l"] for s in lines["20"]["samples"]] == [[1], [2]]
+
+
+@pytest.mark.cli
+def test_a_hot_loop_ends_with_its_iteration_at_return_after_tracing_stopped(tmp_path: Path) -> None:
+    traced, state, _ = trace(tmp_path, LOOPS, [[1, 25]])
+    assert traced.returncode == 0
+    loop = state["loops"]["13"]
+    assert loop["exact"] is False and 3 < loop["count"] < 50_000
+    first, last = loop["samples"][:3], loop["samples"][-1]
+    assert [s["values"] for s in first] == [{"i": "0"}, {"i": "1"}, {"i": "2"}]
+    # The last: the indices when the call returned, not when tracing stopped, and said so.
+    assert last["values"] == {"i": "49,999"} and last["at"] == "return" and last["n"] == loop["count"]
+    body = state["lines"]["14"]["samples"][-1]
+    assert body["at"] == "return" and body["values"] == {"s": f"{sum(range(50_000)):,}"}
+    assert "l" not in last and "l" not in body  # no iteration known: the loop ran on untraced
+    assert body["t"] == last["t"] > state["lines"]["14"]["samples"][2]["t"]
+
+
+@pytest.mark.unit
+def test_loops_are_found_with_their_bodies_and_every_statement_with_the_loops_around_it() -> None:
+    from infralens.child.trace_state import statement_loops
+
+    source = "\n".join([
+        "for h in x:",  # 1
+        "    while h:",  # 2
+        "        h -= 1",  # 3
+        "    def f():",  # 4
+        "        for j in y:",  # 5
+        "            pass",  # 6
+        "else:",  # 7
+        "    z = 1",  # 8
+        "async def g():",  # 9
+        "    async for k in aiter():",  # 10
+        "        pass",  # 11
+    ])
+    loops, chains, fors = statement_loops(source)
+    assert loops == {1: (2, 6), 2: (3, 3), 5: (6, 6), 10: (11, 11)}
+    assert fors == {1, 5, 10}
+    assert chains[1] == () and chains[2] == (1,) and chains[3] == (1, 2)
+    assert chains[4] == (1,) and chains[5] == () and chains[6] == (5,)  # a nested function's frame starts anew
+    assert chains[8] == ()  # the else runs once, after the loop
+    assert chains[11] == (10,)
+
+
+@pytest.mark.cli
+def test_a_loop_keeps_its_own_last_index_when_a_later_loop_reuses_the_name(tmp_path: Path) -> None:
+    code = "def passes(n):\n    for i in range(n):\n        a = i\n    for i in range(2):\n        b = i\n    return a + b\n\nprint(passes(9))\n"
+    traced, state, _ = trace(tmp_path, code, [[1, 8]])
+    assert traced.returncode == 0, traced.stderr
+    first = state["loops"]["2"]["samples"][-1]
+    assert (first["n"], first["l"], first["values"]) == (9, [9], {"i": "8"})  # not the 1 the second loop left in i

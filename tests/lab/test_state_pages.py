@@ -379,3 +379,52 @@ def test_check_fails_a_derived_figure_its_run_cannot_compute_and_build_shows_the
     assert failed.returncode == 1
     line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if "name: kib" in row)
     assert f"labs/lab-01-sample.yml:{line}:16: error: code/lab-01-sample/kv.py: derived 'kib': division by zero" in failed.stdout + failed.stderr
+
+
+LOOPED = {
+    "version": 1,
+    "truncated": False,
+    "lines": {
+        "9": {"count": 6, "exact": True, "samples": [
+            {"values": {"per_layer": str(n)}, "n": n, "call": 1, "t": 10 * n, "l": [n]} for n in (1, 2, 3)
+        ] + [{"values": {"per_layer": "6"}, "n": 6, "call": 1, "t": 60, "at": "return"}]},
+        "10": {"count": 1, "exact": True, "samples": [{"values": {"total": "524,288"}, "n": 1, "call": 1, "t": 70}]},
+    },
+    "calls": {},
+    "loops": {
+        "8": {"count": 6, "exact": False, "end": 9, "calls": 1, "samples": [
+            {"values": {"layer": str(n - 1), "w": "dict of 6"}, "n": n, "call": 1, "t": 10 * n - 1, "l": [n]} for n in (1, 2, 3)
+        ] + [{"values": {"layer": "5", "w": "Tensor (2,) float32 cpu 8 B"}, "n": 6, "call": 1, "t": 60, "at": "return"}]},
+        "40": {"count": 9, "exact": True, "end": 42, "calls": 1, "samples": [{"values": {"i": "0"}, "n": 1, "t": 5, "l": [1]}]},
+    },
+}
+
+
+@pytest.mark.unit
+def test_the_panel_data_carries_when_each_run_started_and_the_loops_with_their_indices(sample) -> None:
+    spans = traced_spans(sample.lab, sample.excerpt)
+    page = page_state(sample.lab, sample.excerpt, run_with(LOOPED, spans), spans)
+    runs = page.data["lines"]["9"]["s"]
+    assert [(s["t"], s.get("l")) for s in runs] == [(10, [1]), (20, [2]), (30, [3]), (60, None)]
+    assert runs[-1]["at"] == 1
+    assert "l" not in page.data["lines"]["10"]["s"][0]  # outside the loop
+    # The loop around the excerpt, with its body's last line, its count and each kept iteration;
+    # only short, one-word indices (not a dict's or a tensor's summary), and the last one at return.
+    assert [s["v"] for s in page.data["o"]["8"]["s"]] == [[["layer", "0"]], [["layer", "1"]], [["layer", "2"]], [["layer", "5"]]]
+    assert page.data["o"]["8"]["s"][-1] == {"k": 1, "v": [["layer", "5"]], "t": 60, "at": 1}
+    assert (page.data["o"]["8"]["e"], page.data["o"]["8"]["c"], page.data["o"]["8"]["x"], page.data["o"]["8"]["a"]) == (9, 6, False, 1)
+    # A loop away from the excerpt, or with one iteration kept, has nothing to step through.
+    assert set(page.data["o"]) == {"8"}
+    # A state list that does not name a loop index hides it, as it hides any value.
+    only = StateChoice(True, names=(("per_layer", Mark("labs/lab-01-sample.yml", 1, 1)),))
+    hidden = replace(sample.lab, starters=(replace(sample.lab.starters[0], state=only), *sample.lab.starters[1:]))
+    quiet = page_state(hidden, sample.excerpt, run_with(LOOPED, spans), spans)
+    assert all(s["v"] == [] for s in quiet.data["o"]["8"]["s"])
+
+
+@pytest.mark.unit
+def test_without_loops_the_panel_data_stays_as_it_was(sample) -> None:
+    spans = traced_spans(sample.lab, sample.excerpt)
+    page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
+    assert "o" not in page.data
+    assert all("t" not in s and "l" not in s for s in page.data["lines"]["9"]["s"])

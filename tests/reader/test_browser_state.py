@@ -23,6 +23,9 @@ pytestmark = pytest.mark.browser
 MEMORY = "lab-01-transformer-memory"
 STEPPED = "lab-04-online-softmax"
 """A lab whose excerpt has a function called several times (its calls differ) and a loop."""
+KV = "lab-07-kv-cache"
+"""A lab whose excerpt holds attention inside a loop over layers, in a function called many times."""
+KV_STARTER = "code/lab-07-kv-cache/kv_cache.py"
 MEMORY_PAGE = f"labs/{MEMORY}/index.html"
 STEPPED_PAGE = f"labs/{STEPPED}/index.html"
 
@@ -58,12 +61,12 @@ def exact_line(memory_starter: str) -> int:
 def state_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Check the two labs into a private cache, then build the site from it; returns the output."""
     cache = tmp_path_factory.mktemp("state-cache")
-    checked = run_infralens("check", MEMORY, STEPPED, "--cache-dir", str(cache), cwd=REPO)
+    checked = run_infralens("check", MEMORY, STEPPED, KV, "--cache-dir", str(cache), cwd=REPO)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     out = cache / "output"
     built = run_infralens("build", "--out", str(out), "--cache-dir", str(cache), cwd=REPO)
     assert built.returncode == 0, built.stdout + built.stderr
-    for lab in (MEMORY, STEPPED):
+    for lab in (MEMORY, STEPPED, KV):
         assert (out / "labs" / lab / "state.js").is_file(), f"the build wrote no state for {lab}"
     return out
 
@@ -109,6 +112,18 @@ def line_items(sample: dict) -> list[str]:
     if "b" in sample:
         items.append(f"⑂ branch condition = {'true' if sample['b'] else 'false'}")
     return items + ([f"↩ returned return = {sample['r']}"] if "r" in sample else [])
+
+
+def iteration_label(loop: dict, step: int) -> str:
+    """The step bar at a loop's kept iteration: which one (or at return), its call, its indices."""
+    sample = loop["s"][step]
+    total = ("" if loop["x"] else "≥ ") + f"{loop['c']:,}"
+    parts = [f"at return, after {total} iterations" if sample.get("at") else f"iteration {sample['l'][-1]:,} of {total}"]
+    if sample["k"] and loop["a"] > 1:
+        parts.append(f"call {sample['k']:,} of {loop['a']:,}")
+    if sample["v"]:
+        parts.append(", ".join(f"{name} = {value}" for name, value in sample["v"]))
+    return " · ".join(parts)
 
 
 def at_call(data: dict, first: int, last: int, call: int) -> list[list]:
@@ -322,20 +337,89 @@ def test_stepping_through_the_calls_of_a_function_and_the_iterations_of_a_loop(s
     assert at.text_content() == seen[-2] and panel_lines(page) == shown[-2]
     assert tab.errors == []
 
-    # A loop, from a deep link to its line: one line run many times within one call steps by iteration.
+    # A loop, from a deep link to its line: one line run many times within one call steps by iteration
+    # of its loop, the bar naming the loop index.
     line, runs = loop_line(data)
+    header = max((int(h) for h, loop in data["o"].items() if int(h) <= line <= loop["e"]), default=None)
+    assert header is not None, f"line {line} of {STEPPED} is in no loop with iterations to step through"
+    loop = data["o"][str(header)]
     tab = state_tab()
     page = tab.goto(f"{STEPPED_PAGE}#L{line}")
     at = page.locator(".st-at")
-    expect(at).to_have_text(f"iteration 1 of {of_count(runs)}")
+    expect(at).to_have_text(iteration_label(loop, 0))
+    assert " · i = 0" in at.text_content()
     assert selected(page) == [f"L{line}"]
     assert page.locator(".st-prev").is_disabled()
     assert page.locator(".st-next").get_attribute("aria-label") == "Next iteration"
     assert panel_lines(page) == [[f"Line {line}", line_items(runs["s"][0])]]
     page.click(".st-next")
-    assert at.text_content() == f"iteration {runs['s'][1]['n']:,} of {of_count(runs)}" == f"iteration 2 of {of_count(runs)}"
+    assert at.text_content() == iteration_label(loop, 1)
+    assert at.text_content().startswith(f"iteration 2 of {of_count(loop)}")
     assert panel_lines(page) == [[f"Line {line}", line_items(runs["s"][1])]]
     assert page.locator(".st-prev").is_enabled()
+    assert tab.errors == []
+
+
+SHAPE = re.compile(r"= Tensor \(([\d, ]+)\)")
+
+
+def shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+    """The tensors a panel line lists, by name: `⬆ bound k = Tensor (4, 16, 32) …` → {'k': (4, 16, 32)}."""
+    found = {}
+    for item in items:
+        match = SHAPE.search(item)
+        if match:
+            found[item.split(" = ")[0].split()[-1]] = tuple(int(d) for d in match[1].replace(" ", "").split(",") if d)
+    return found
+
+
+def test_stepping_through_the_layer_loop_shows_q_k_v_of_one_moment(state_tab, state_site: Path) -> None:
+    data = recorded(state_site, KV)
+    first, last = line_of(KV_STARTER, "q = project(h, \"q_proj\")"), line_of(KV_STARTER, "scores = (q @ k.transpose(1, 2))")
+    header = line_of(KV_STARTER, "for layer, w in enumerate(self.layers):")
+    loop = data["o"][str(header)]
+    assert first > header and last <= loop["e"] and len(loop["s"]) >= 3
+    lines = {name: line_of(KV_STARTER, start) for name, start in (
+        ("q", "q = project(h"), ("k", "k = project(h"), ("v", "v = project(h"), ("cached", "k, v = cache.append(layer, k, v)"),
+        ("k heads", "k = k.repeat_interleave"), ("v heads", "v = v.repeat_interleave"), ("scores", "scores = (q @ k"),
+    )}
+    tab = state_tab()
+    page = tab.goto(f"labs/{KV}/index.html#L{first}-L{last}")
+    at, next_ = page.locator(".st-at"), page.locator(".st-next")
+    expect(at).to_have_text(iteration_label(loop, 0))
+    seen, shown = [at.text_content()], [dict(panel_lines(page))]
+    while next_.is_enabled():
+        next_.click()
+        seen.append(at.text_content())
+        shown.append(dict(panel_lines(page)))
+    # Every kept iteration, in order, named with the loop index: the first, the kept ones, the true last.
+    assert seen == [iteration_label(loop, step) for step in range(len(loop["s"]))]
+    assert [label.split(" · ")[-1] for label in seen[:2]] == ["layer = 0", "layer = 1"]
+    for step, panel in enumerate(shown):
+        moment = loop["s"][step]
+        tensors = {name: shapes(panel[f"Line {n}"]) for name, n in lines.items()}
+        q, k, v, scores = tensors["q"].get("q"), tensors["k"].get("k"), tensors["v"].get("v"), tensors["scores"].get("scores")
+        # q, k and v of one iteration: the same new rows; scores, those rows against every key so far.
+        assert q is not None and scores is not None, (step, panel)
+        assert scores[:2] == q[:2], (step, q, scores)
+        for shape in (k, v):
+            assert shape is None or shape[1:] == q[1:], (step, q, shape)
+        cached, k_heads, v_heads = tensors["cached"], tensors["k heads"].get("k"), tensors["v heads"].get("v")
+        assert k_heads == v_heads and k_heads[1] == scores[2], (step, k_heads, v_heads, scores)
+        if cached:  # the cache this step appended to holds as many tokens as the keys scored
+            assert cached["k"] == cached["v"] and cached["k"][1] == scores[2], (step, cached, scores)
+        # Each line's values are its run of this very iteration, as recorded.
+        for name, n in lines.items():
+            entry = data["lines"][str(n)]
+            runs = [s for s in entry["s"] if (s.get("l") == moment.get("l") if "l" in moment else s["k"] == moment["k"] and s.get("at"))]
+            if runs:
+                assert panel[f"Line {n}"] == line_items(runs[-1]), (step, name)
+            else:
+                assert panel[f"Line {n}"] == ["not kept for this iteration" if entry["c"] > len(entry["s"]) or not entry["x"] else "did not run in this iteration"], (step, name)
+    # The last step is the loop's true last iteration, with q as that iteration left it.
+    last_q = data["lines"][str(lines["q"])]["s"][-1]
+    assert shown[-1][f"Line {lines['q']}"] == line_items(last_q)
+    assert last_q["t"] >= loop["s"][-1]["t"] and ("l" not in last_q or last_q["l"] == loop["s"][-1]["l"])
     assert tab.errors == []
 
 
