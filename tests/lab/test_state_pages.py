@@ -15,7 +15,6 @@ from infralens.build.memory import resolve
 from infralens.errors import Mark
 from infralens.lab import state
 from infralens.lab.resolve import plain_excerpt
-from infralens.lab.state import traced_spans
 from infralens.lab.state import (
     HINT,
     LineState,
@@ -24,6 +23,7 @@ from infralens.lab.state import (
     page_state,
     recorded_text,
     state_script,
+    traced_spans,
 )
 from infralens.model.run import RunResult
 from infralens.model.schema import Written
