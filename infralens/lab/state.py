@@ -282,18 +282,22 @@ def loop_data(state: dict, shown: set[int], starter_choice: StateChoice | None, 
     return loops
 
 
-def recordable(source: SourceFile, spans: tuple[tuple[int, int], ...]) -> list[int]:
+def recordable(source: SourceFile, spans: tuple[tuple[int, int], ...]) -> tuple[list[int], dict[str, list[int]]]:
     """The lines in the spans where a statement starts that the tracer records something for: what
-    the panel needs to tell a line that did not run from one that has nothing to record."""
+    the panel needs to tell a line that did not run from one that has nothing to record; and each
+    condition's body (first and last line) among them, by the condition's line, so a line left out
+    of a step can say that its condition was false."""
     text = python_of(source.text, python_blocks(source.text)) if source.path.endswith(".md") else source.text
     try:
         names, functions = statement_names(text)
         branches, returns, effects = statement_shapes(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return []
+        return [], {}
+    inside = lambda line: any(first <= line <= last for first, last in spans)  # noqa: E731
     found = {line for line, bound in names.items() if bound} | set(branches) | returns | set(functions.values())
     found |= {line for line, (receiver, handed) in effects.items() if receiver or handed}
-    return sorted(line for line in found if any(first <= line <= last for first, last in spans))
+    bodies = {str(line): [first, last] for line, (_, first, last) in sorted(branches.items()) if inside(line)}
+    return sorted(line for line in found if inside(line)), bodies
 
 
 def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tuple[tuple[int, int], ...], source: SourceFile | None = None) -> PageState | None:
@@ -355,7 +359,9 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
     if loops:
         data["o"] = loops
     if source is not None:
-        data["w"] = recordable(source, spans)
+        data["w"], bodies = recordable(source, spans)
+        if bodies:
+            data["g"] = bodies
     page = PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
     # What the manifest says values mean, and the figures derived from them, by the lines they cover.
     meanings = [[b.first, b.last, {name: words for name, words, _ in b.meaning}] for b in own if b.meaning]

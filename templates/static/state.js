@@ -88,8 +88,12 @@
   }
 
   /* Why a selected line shows nothing at this step. */
-  function absent(entry, step) {
+  function absent(entry, step, n, shown) {
     if (step && step.kind === "call") return "not run in this call";
+    // A condition shown false at this step whose body holds the line: it did not run, and why.
+    const held = Object.entries(data.g || {}).find(([h, [first, last]]) => first <= n && n <= last && shown[h] && shown[h].b === false);
+    if (held) return `did not run ${step && step.loop ? "in this iteration" : "then"}: the condition on line ${held[0]} was false`;
+    if (step && step.loop && step.loop.s[at].at) return "not known at return: tracing had stopped, and only what each name held when the call returned was kept";
     if (step && step.loop) return entry.c > entry.s.length || !entry.x ? "not kept for this iteration" : "did not run in this iteration";
     return "not recorded";
   }
@@ -156,6 +160,7 @@
       if (step.list.length < step.count) bar.append(" ", el("span", { className: "st-kept" }, `(${step.list.length} of ${of} kept)`));
       body.append(bar);
     }
+    const shown = {};  // each line's sample at this step, so a body's line can name its false condition
     for (const n of numbers) {
       const row = doc.getElementById("L" + n), box = el("div", { className: "st-line" });
       const title = el("p", { className: "st-title" });
@@ -168,6 +173,7 @@
       const call = data.calls[n], line = data.lines[n];
       const c = call && sampleOf(call, step, true, n), s = line && sampleOf(line, step, false, n);
       const means = meaningsAt(n);
+      if (s) shown[n] = s;
       if (c) {
         c.i.forEach(([name, value]) => item(list, "⬇", "input", name, value, means[name]));
         if (c.r !== null) item(list, "↩", "returned", "return", c.r);
@@ -177,7 +183,7 @@
         if ("b" in s) item(list, "⑂", "branch", "condition", s.b ? "true" : "false");
         if ("r" in s) item(list, "↩", "returned", "return", s.r);
       }
-      if (!c && !s) list.append(el("li", { className: "st-none" }, absent(line || call, step)));
+      if (!c && !s) list.append(el("li", { className: "st-none" }, absent(line || call, step, n, shown)));
       const runs = (call || line).c;
       if (runs > 1 && !step) box.append(el("p", { className: "st-runs" }, !line || call ? "last of " + fmt(runs) + " calls"
         : s.at ? "at return, after " + tot(line) + " runs" : s.n === runs && line.x ? "last of " + fmt(runs) + " runs" : "run " + fmt(s.n) + " of " + tot(line)));

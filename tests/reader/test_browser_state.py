@@ -373,6 +373,17 @@ def shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     return found
 
 
+def absent(data: dict, panel: dict, n: int, moment: dict, entry: dict) -> str:
+    """Why a line shows nothing at a loop's step: the condition whose body holds it was false then,
+    the step is the values at return (only each name's last binding kept), or its run was not kept."""
+    for head, (first, last) in data.get("g", {}).items():
+        if first <= n <= last and panel.get(f"Line {head}") == ["⑂ branch condition = false"]:
+            return f"did not run in this iteration: the condition on line {head} was false"
+    if moment.get("at"):
+        return "not known at return: tracing had stopped, and only what each name held when the call returned was kept"
+    return "not kept for this iteration" if entry["c"] > len(entry["s"]) or not entry["x"] else "did not run in this iteration"
+
+
 def test_stepping_through_the_layer_loop_shows_q_k_v_of_one_moment(state_tab, state_site: Path) -> None:
     data = recorded(state_site, KV)
     first, last = line_of(KV_STARTER, "q = project(h, \"q_proj\")"), line_of(KV_STARTER, "scores = (q @ k.transpose(1, 2))")
@@ -415,7 +426,11 @@ def test_stepping_through_the_layer_loop_shows_q_k_v_of_one_moment(state_tab, st
             if runs:
                 assert panel[f"Line {n}"] == line_items(runs[-1]), (step, name)
             else:
-                assert panel[f"Line {n}"] == ["not kept for this iteration" if entry["c"] > len(entry["s"]) or not entry["x"] else "did not run in this iteration"], (step, name)
+                assert panel[f"Line {n}"] == [absent(data, panel, n, moment, entry)], (step, name)
+    # Some step shows the cache's line left out by its false condition, and says so.
+    condition = line_of(KV_STARTER, "if cache is not None:")
+    assert data["g"][str(condition)] == [lines["cached"], lines["cached"]]
+    assert any(panel[f"Line {lines['cached']}"] == [f"did not run in this iteration: the condition on line {condition} was false"] for panel in shown)
     # The last step is the loop's true last iteration, with q as that iteration left it.
     last_q = data["lines"][str(lines["q"])]["s"][-1]
     assert shown[-1][f"Line {lines['q']}"] == line_items(last_q)
