@@ -293,7 +293,7 @@ def recordable(source: SourceFile, spans: tuple[tuple[int, int], ...]) -> tuple[
         branches, returns, effects = statement_shapes(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return [], {}
-    inside = lambda line: any(first <= line <= last for first, last in spans)  # noqa: E731
+    inside = lambda line: any(first <= line <= last for first, last in spans)
     found = {line for line, bound in names.items() if bound} | set(branches) | returns | set(functions.values())
     found |= {line for line, (receiver, handed) in effects.items() if receiver or handed}
     bodies = {str(line): [first, last] for line, (_, first, last) in sorted(branches.items()) if inside(line)}
