@@ -274,6 +274,39 @@ def test_stopping_check_stops_its_starters_at_once_and_leaves_nothing(how: str, 
     assert not marker.exists(), "a process the starter started outlived check"
 
 
+def test_check_killed_outright_leaves_no_starter_and_no_folder_behind(sample_site: Path, tmp_path: Path) -> None:
+    """SIGKILL runs no cleanup in check: its supervisors see it gone and stop the starters and
+    remove their folders; the next check sweeps the staging folder the killed one left in the store."""
+    import signal
+    import subprocess
+    import sys
+
+    child, marker = late_child(tmp_path, 4)
+    replace_starter(sample_site, f"subprocess.Popen([sys.executable, {str(child)!r}], start_new_session=True)\nprint('running', flush=True)\ntime.sleep(600)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    check = subprocess.Popen([sys.executable, "-m", "infralens", "check", "lab-01-sample"], cwd=sample_site, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not list(scratch.glob("infralens-run-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # the starter is running
+    runs = sample_site / ".infralens/runs"
+    assert [p.name for p in runs.iterdir() if ".new-" in p.name], "no staging folder while the starter runs"
+    check.send_signal(signal.SIGKILL)
+    assert check.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while list(scratch.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(scratch.iterdir()) == [], "a run's folder outlived check"
+    time.sleep(3.5)
+    assert not marker.exists(), "a process the starter started outlived check"
+    # The next check (of a quick starter) finds the killed one's staging folder and removes it.
+    replace_starter(sample_site, "print('kv bytes per token: 524,288')\n")
+    assert run_infralens("check", "lab-01-sample", cwd=sample_site).returncode == 0
+    assert [p.name for p in runs.iterdir() if ".new-" in p.name] == []
+
+
 @pytest.mark.parametrize("how", ["os.kill(os.getppid(), signal.SIGKILL)", "os.killpg(0, signal.SIGKILL)"], ids=["kills-its-supervisor", "kills-its-group"])
 def test_a_starter_that_kills_its_supervisor_leaves_nothing_behind(how: str, sample_site: Path, tmp_path: Path) -> None:
     child, marker = late_child(tmp_path, 3)

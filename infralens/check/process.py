@@ -217,7 +217,9 @@ def execute(
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group too, the last resort below
     )
-    supervised = [sys.executable, str(SUPERVISE), *command]
+    # The supervisor dies with check, and then removes the run's private folders (run_folder's).
+    folders = [option for folder in (scratch, side) for option in ("--remove", os.path.dirname(folder))]
+    supervised = [sys.executable, str(SUPERVISE), "--parent", str(os.getpid()), *folders, "--", *command]
     process = running.start(supervised, **options) if running is not None else subprocess.Popen(supervised, **options)
     out, err = Capture(process.stdout, CAPTURE_BYTES), Capture(process.stderr, CAPTURE_BYTES)
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -115,6 +117,21 @@ def file_digest(path: Path) -> bytes:
         return f"unreadable:{exc.errno}".encode()
 
 
+STAGING = ".new-"
+"""What a staging folder's name holds between its key and the pid of the check filling it."""
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
 class ResultStore:
     """The folder of stored results of one project (the workspace's `runs_folder()`)."""
 
@@ -126,9 +143,27 @@ class ResultStore:
 
     def staging(self, key: str) -> Path:
         """A fresh folder of this run's own for its artifacts (two checks may run one starter at
-        once), moved into place by `save`."""
+        once), moved into place by `save`. Its name holds the pid of the check that made it, so
+        the next check can tell one a killed check left (`sweep`) from one still being filled."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{key}.new-", dir=self.folder))
+        if not self.swept:
+            self.sweep()
+        return Path(tempfile.mkdtemp(prefix=f".{key}{STAGING}{os.getpid()}-", dir=self.folder))
+
+    swept = False
+
+    def sweep(self) -> None:
+        """Remove the staging folders of checks that are no longer running (killed outright: a
+        SIGKILL runs no cleanup)."""
+        self.swept = True
+        try:
+            entries = list(self.folder.iterdir())
+        except OSError:
+            return
+        for entry in entries:
+            found = re.fullmatch(rf"\.[0-9a-f]+{re.escape(STAGING)}(\d+)-\w+", entry.name)
+            if found and not alive(int(found[1])):
+                shutil.rmtree(entry, ignore_errors=True)
 
     def save(self, key: str, result: RunResult, staging: Path) -> None:
         """Store a fresh result with the artifacts already in `staging`, replacing any older one."""
