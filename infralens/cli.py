@@ -14,7 +14,7 @@ import click
 from infralens import __version__
 from infralens.build import STOP, Session, load_project
 from infralens.build import build as build_site
-from infralens.check.results import ResultStore, export_results, merge_results, run_key
+from infralens.check.results import ResultStore, StoreError, export_results, merge_results, run_key
 from infralens.check.shards import parse_shard, split
 from infralens.errors import InputError, Mark, Problem, did_you_mean, one_line
 from infralens.model.parse import json_schemas, reference_markdown
@@ -148,6 +148,8 @@ def check(
     except KeyboardInterrupt:
         click.echo("stopped: every running starter was killed", err=True)
         sys.exit(130)
+    except StoreError as exc:  # every running starter was killed on the way out (see run_labs)
+        store_refused(exc)
     if results_dir is not None:
         json_path, junit_path = json_path or results_dir / "results.json", junit_path or results_dir / "junit.xml"
         keys = {(starter.path, run.device): run_key(project.root, starter, run) for _, starter, run in every}
@@ -232,15 +234,27 @@ def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) ->
         sys.exit(1)
     current = {run_key(project.root, starter, run): starter.path for _, starter, run in runs_of(project.labs)}
     store = ResultStore(Workspace.open(site_path, cache_dir=cache_dir).runs_folder())
-    merged, refused, conflicts = merge_results(store, list(folders), current)
-    for line in merged:
-        click.echo(f"merged: {line}")
-    for line in refused:
-        click.echo(f"refused: {line}", err=True)
-    for line in conflicts:
-        click.echo(f"conflict: {line}", err=True)
-    click.echo(f"{len(merged)} merged, {len(refused)} refused, {len(conflicts)} conflicting")
-    sys.exit(1 if refused or conflicts else 0)
+    try:
+        done = merge_results(store, list(folders), current)
+    except StoreError as exc:
+        store_refused(exc)
+    for line in done.merged:
+        click.echo(f"merged: {one_line(line)}")
+    for problem in done.invalid:
+        click.echo(str(problem), err=True)
+    for line in done.refused:
+        click.echo(f"refused: {one_line(line)}", err=True)
+    for line in done.conflicts:
+        click.echo(f"conflict: {one_line(line)}", err=True)
+    refused = len(done.refused) + len(done.invalid)
+    click.echo(f"{len(done.merged)} merged, {refused} refused, {len(done.conflicts)} conflicting")
+    sys.exit(1 if refused or done.conflicts else 0)
+
+
+def store_refused(exc) -> NoReturn:
+    """Stop the command: the result store's folder cannot be written (read-only, full)."""
+    click.echo(f"{one_line(str(exc.folder))}: error: cannot store run results: {exc.reason}", err=True)
+    sys.exit(1)
 
 
 def shard_option(value: str | None) -> tuple[int, int] | None:
@@ -258,9 +272,15 @@ def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
     """The labs of shard K of N, balanced by each lab's recorded run time (its runnable starters'
     stored results for their current versions), with a line on stderr saying which."""
 
+    def stored(key: str):
+        try:
+            return store.load(key)
+        except InputError:  # a broken record is no recorded time; the check will replace it
+            return None
+
     durations = []
     for lab in labs:
-        runs = [store.load(run_key(root, starter, run)) for starter in lab.starters for run in starter.runs]
+        runs = [stored(run_key(root, starter, run)) for starter in lab.starters for run in starter.runs]
         durations.append((lab.id, None if None in runs else sum(run.seconds for run in runs)))
     chosen = set(split(durations, n)[k - 1])
     picked = tuple(lab for lab in labs if lab.id in chosen)

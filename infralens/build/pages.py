@@ -217,11 +217,10 @@ def stage_lab_files(shared: SharedFiles, ws: Workspace, units: dict[str, Unit], 
             shared.stage(path, text_digest, lambda p, t=text: staging.write(p, t))
         for (starter_path, device), result in unit.runs:
             starter = next(s for s in unit.card.starters if s.path == starter_path)
-            folder = store.slot(session.run_key(ws, starter, next(run for run in starter.runs if run.device == device)))
-            for name in result.artifacts:
-                source = folder / name
-                if source.is_file():
-                    shared.stage(artifact_url(unit.card.id, name), digest(source.read_bytes()), lambda p, f=source: staging.copy(f, p))
+            key = session.run_key(ws, starter, next(run for run in starter.runs if run.device == device))
+            for name in result.artifacts:  # plain names of regular files, checked when the record was read
+                data = store.artifact(key, name)
+                shared.stage(artifact_url(unit.card.id, name), digest(data), lambda p, d=data: staging.write(p, d))
 
 
 def check_site_links(ws: Workspace, staging, units: dict[str, Unit], kept: dict[str, UnitRecord], shared: dict[str, str]) -> None:

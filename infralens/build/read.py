@@ -7,7 +7,7 @@ since the last build (a manifest's card is kept by its digest) and reports every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infralens import __version__
@@ -140,12 +140,18 @@ def recorded_runs(ws: Workspace, cards: dict[str, LabCard], session: "Session") 
     """Return the stored result of each run of each starter's current version, by (path, device)."""
     store = ResultStore(ws.runs_folder())
     found = {}
+    problems = Problems()
     for card in cards.values():
         for starter in card.starters:
             for run in starter.runs:
-                result = store.load(session.run_key(ws, starter, run))
+                try:
+                    result = store.load(session.run_key(ws, starter, run))
+                except InputError as exc:  # said with how to mend it; a build publishes no record it cannot trust
+                    problems.extend([replace(p, notes=(*p.notes, Note(starter.mark, f"`infralens check {card.id}` records this run again"))) for p in exc.problems])
+                    continue
                 if result is not None:
                     found[starter.path, run.device] = result
+    problems.raise_if_any()
     return found
 
 

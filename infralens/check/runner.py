@@ -27,11 +27,13 @@ from infralens.check.verdicts import (
     run_verdict,
 )
 from infralens.child import PROBE, RUN_MARKDOWN, TRACE_STATE
+from infralens.errors import InputError
 from infralens.lab.calculators import probe_digest, starter_probe
 from infralens.lab.resolve import plain_excerpt
 from infralens.lab.state import traced_spans
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt
+from infralens.model.record import KEPT_OUTPUT, MAX_ANSWER_BYTES, MAX_STATE_BYTES, state_problem
 from infralens.model.run import RunResult
 from infralens.model.starter import RunSpec, Starter
 from infralens.text.markdown import python_blocks
@@ -160,10 +162,6 @@ def record_state(source: Path, text: str, starter: Starter, spans: Spans, runnin
         return read_state(state_file) if traced.returncode == 0 else ""
 
 
-MAX_STATE_BYTES = 80 * 1024
-"""Largest state file read back: the tracer caps its JSON at 64 KiB, a bigger file is not its own."""
-
-
 def read_state(path: Path) -> str:
     """Return the state the tracer wrote, as compact JSON, or "" when there is none to trust.
 
@@ -176,13 +174,9 @@ def read_state(path: Path) -> str:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ""
-    if not isinstance(state, dict) or state.get("version") != 1 or not isinstance(state.get("lines"), dict) or not isinstance(state.get("calls"), dict):
-        return ""
-    return json.dumps(state, separators=(",", ":"), ensure_ascii=False)
-
-
-KEPT_OUTPUT = 1 << 20
-"""Bytes of a run's stdout (and stderr) stored with its result; the checks read up to CAPTURE_BYTES."""
+    # A lone surrogate (a value's __format__ can make one) becomes "?": no page could be written with it.
+    text = json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace").decode("utf-8")
+    return "" if state_problem(text) else text
 
 
 def run_or_recall(
@@ -220,7 +214,10 @@ def run_or_recall(
         result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine, text=text)
         return probed(result, lab, root, starter, running, sandbox) if spec is starter.run else result
     key = run_key(root, starter, spec)
-    stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
+    try:
+        stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
+    except InputError:  # a record no run could have left: run again, and the fresh one replaces it
+        stored = None
     happened = stored if stored is not None and not stored.skipped else None
     if use_cache and happened is not None and happened.traced == spans:
         # The manifest may have moved since; point failures at where the starter is declared now.
@@ -249,10 +246,6 @@ def run_or_recall(
         return result
     store.save(key, result, staging)
     return result
-
-
-MAX_ANSWER_BYTES = 1 << 20
-"""Largest answers file read back from the probe: a calculator's few cases are a few kilobytes."""
 
 
 def probed(result: RunResult, lab: Lab, root: Path, starter: Starter, running: Running | None, sandbox: Sandbox | None) -> RunResult:

@@ -18,11 +18,10 @@ from infralens.lab.features import run_problems
 from infralens.lab.state import recorded_text
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt
+from infralens.model.record import MAX_ARTIFACT_BYTES
 from infralens.model.run import RunResult, Status, first_runs
 from infralens.model.starter import RunSpec
 
-MAX_ARTIFACT_BYTES = 8 << 20
-"""Largest artifact a run may leave: it is stored with the result and published with the lab page."""
 
 
 def artifact_problem(path: Path) -> str | None:

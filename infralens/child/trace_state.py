@@ -80,11 +80,16 @@ ITEMS = 4
 
 
 def summarize(value, depth: int = 2) -> str:
-    """Return a short, plain description of a value, the way a reader wants to see it on a line."""
+    """Return a short, plain description of a value, the way a reader wants to see it on a line.
+
+    Always text a page can be written in: a lone surrogate (a value's repr or __format__ can give
+    one) is shown as its escape, `\\udc80`.
+    """
     try:
-        return _summarize(value, depth)
+        text = _summarize(value, depth)
     except Exception as error:  # a value that cannot describe itself must not stop the starter
-        return f"<{type(value).__name__}: unreadable ({type(error).__name__})>"
+        text = f"<{type(value).__name__}: unreadable ({type(error).__name__})>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def number(value, digits: int = 6) -> str:

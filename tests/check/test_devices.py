@@ -163,8 +163,9 @@ def test_a_run_that_happened_always_wins_over_a_skipped_one_without_conflict(tmp
     record(tmp_path / "gpu-job", "k1", "passed", "2026-11-20T10:00:00Z", hardware="NVIDIA H100 80GB HBM3, 79.6 GiB")
     folders = [tmp_path / "cpu-shard", tmp_path / "gpu-job"]
     store = ResultStore(tmp_path / "store")
-    merged, refused, conflicts = merge_results(store, folders if order == "cpu shard first" else folders[::-1], {"k1": "code/lab-01-x/a.py"})
-    assert (refused, conflicts) == ([], [])
+    done = merge_results(store, folders if order == "cpu shard first" else folders[::-1], {"k1": "code/lab-01-x/a.py"})
+    merged = done.merged
+    assert (done.refused, done.invalid, done.conflicts) == ([], [], [])
     kept = store.load("k1")
     assert kept is not None and kept.status == "passed" and kept.hardware.startswith("NVIDIA H100")
     assert merged[-1] == "code/lab-01-x/a.py [cuda]: passed (2026-11-20T10:00:00Z)"
