@@ -15,7 +15,6 @@ import ast
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -51,6 +50,7 @@ from infralens.model.expr import (
 from infralens.model.lab import Lab, mirrored_starter
 from infralens.model.resolved import Excerpt, Published
 from infralens.model.run import RunResult
+from infralens.text.patterns import PatternTimeout, search_output
 from infralens.text.source import SourceFile
 from infralens.urls import lab_url
 
@@ -69,8 +69,12 @@ def chart_file(calc_id: str) -> str:
 
 
 def printed_value(printed: Printed, stdout: str) -> Numeric | None:
-    """The number a run printed where the pattern's first group matches, scaled; None if none."""
-    match = re.search(printed.pattern, stdout)
+    """The number a run printed where the pattern's first group matches, scaled; None if none
+    (also when the pattern ran out of time: `check_calculator` says so at the pattern)."""
+    try:
+        match = search_output(printed.pattern, stdout)
+    except PatternTimeout:
+        return None
     try:
         number = float(match.group(1).replace(",", "")) if match else None
     except (IndexError, ValueError, TypeError, AttributeError):
@@ -202,6 +206,11 @@ def check_calculator(calc: Calculator, answer: dict | None, finished: str = "", 
     for preset in calc.presets:
         if isinstance(preset, PrintedPreset):
             for _, printed, _ in preset.printed:
+                try:
+                    search_output(printed.pattern, stdout)
+                except PatternTimeout as slow:
+                    problems.append(Problem(printed.mark, f"preset {preset.label!r}: {slow.reason}"))
+                    continue
                 if printed_value(printed, stdout) is None:
                     problems.append(Problem(printed.mark, f"preset {preset.label!r}: the checked run printed nothing that matches {printed.pattern!r} (with a number in its first group)"))
     if "error" in answer:

@@ -19,14 +19,13 @@ import math
 import re
 from dataclasses import dataclass
 
-import regex
-
 from infralens.errors import Problem, Problems
 from infralens.lab.state import bound_names
 from infralens.model.lab import Lab, answering_starter, question_id
 from infralens.model.question import Option, Question
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
+from infralens.text.patterns import PatternTimeout, search_output
 from infralens.text.source import SourceFile
 
 PREFIXES: dict[str, float] = {
@@ -35,9 +34,6 @@ PREFIXES: dict[str, float] = {
     "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9,
 }
 """What a prefix before the unit multiplies by. Binary ones are for bytes, as runs print them."""
-
-MATCH_SECONDS = 2.0
-"""How long a question's pattern may take to match a run's output (as an `expect` pattern may)."""
 
 _NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
 _GROUPING = re.compile(r"[_\u2009\u202f]")
@@ -139,10 +135,10 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     if spec.recorded is not None:
         return recorded_answer(qid, question, result, blocks)
     pattern = spec.printed
-    try:  # the regex module, with a time limit: a pattern that backtracks without end stops
-        match = regex.search(pattern, result.stdout, regex.MULTILINE, timeout=MATCH_SECONDS)
-    except TimeoutError:
-        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: '{pattern}' did not finish matching the run's output in {MATCH_SECONDS:g} s (a pattern that backtracks without end?)")
+    try:
+        match = search_output(pattern, result.stdout)
+    except PatternTimeout as slow:
+        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: {slow.reason}")
     if match is None or match.group(1) is None:
         return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches '{pattern}'")
     printed = match.group(1).strip()
