@@ -357,13 +357,16 @@ def calculators_script(checked: list[Checked]) -> str:
     parts = []
     for one in checked:
         data = calculator_data(one)
-        functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
+        # Keyed by names from the manifest, so built as entries: in an object literal a key
+        # `"__proto__"` sets the prototype instead of making a property (JSON.parse makes one).
+        functions = ", ".join(f"[{json.dumps(o['name'])}, (v) => {o.pop('js')}]" for o in data["outputs"])
         # The test of a choice (`a if test else b`), so the line says in words which side held.
-        tests = ", ".join(f"{json.dumps(o['name'])}: (v) => {test}" for o in data["outputs"] if (test := o.pop("test")))
+        tests = ", ".join(f"[{json.dumps(o['name'])}, (v) => {test}]" for o in data["outputs"] if (test := o.pop("test")))
         names = frozenset(i.name for i in one.calc.inputs)
         conditions = ", ".join(f"(v) => {condition_js(parse_condition(r.that.text, names))}" for r in one.calc.requires)
-        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, tests: {{{tests}}}, holds: [{conditions}]}})")
-    return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
+        text = json.dumps(json.dumps(data, ensure_ascii=False, separators=(",", ":")), ensure_ascii=False)
+        parts.append(f"[{json.dumps(one.calc.id)}, Object.assign(JSON.parse({text}), {{compute: Object.fromEntries([{functions}]), tests: Object.fromEntries([{tests}]), holds: [{conditions}]}})]")
+    return "window.InfraLensCalculators = Object.fromEntries([" + ",\n".join(parts) + "]);\n"
 
 
 # ---------------------------------------------------------------- the page

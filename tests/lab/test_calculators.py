@@ -457,7 +457,7 @@ def test_requirements_are_checked_at_every_listed_case_and_named_on_the_page() -
     assert problems_of(broken) == ["labs/lab-01-calc.yml:28:16: error: requires: 'heads % 2 == 0' does not hold at preset 'Wide'"]
     assert problems_of(text.replace("heads % 2 == 0", "heads % 2")) == ["labs/lab-01-calc.yml:28:16: error: requires: expected a condition (a comparison such as `batch > 1`)"]
     script = calculators_script([check_calculator(calc, None)[0]])
-    assert "holds: [(v) => (X.mod(v['heads'], 2) === 0)]" in script and '"requires":["Heads come in pairs."]' in script
+    assert "holds: [(v) => (X.mod(v['heads'], 2) === 0)]" in script and '\\"requires\\":[\\"Heads come in pairs.\\"]' in script
 
 
 @pytest.mark.unit
