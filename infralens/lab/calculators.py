@@ -76,7 +76,9 @@ def printed_value(printed: Printed, stdout: str) -> Numeric | None:
     except PatternTimeout:
         return None
     try:
-        number = float(match.group(1).replace(",", "")) if match else None
+        digits = match.group(1).replace(",", "") if match else None
+        # ASCII digits only, as the page reads a number: float() also takes '٤٢' and '４２'
+        number = float(digits) if digits is not None and digits.isascii() else None
     except (IndexError, ValueError, TypeError, AttributeError):
         return None
     return number * printed.scale if number is not None and math.isfinite(number) else None

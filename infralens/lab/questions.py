@@ -35,7 +35,9 @@ PREFIXES: dict[str, float] = {
 }
 """What a prefix before the unit multiplies by. Binary ones are for bytes, as runs print them."""
 
-_NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+_NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?", re.ASCII)
+"""A number as questions.js reads one: ASCII digits only, as a browser's Number() takes them
+(float() would read '٤٢' or '４２' as 42, which the page calls not a number)."""
 _GROUPING = re.compile(r"[_\u2009\u202f]")
 """Digit grouping a reader may type and that is dropped: 1_000, and thin spaces."""
 _SPACES = re.compile(r"\s+")

@@ -441,6 +441,14 @@ def test_a_printed_preset_reads_the_checked_runs_output() -> None:
 
 
 @pytest.mark.unit
+def test_a_printed_figure_is_read_in_ascii_digits_as_the_page_reads_them() -> None:
+    calc = lab_with(PRINTED).calculators[0]
+    assert probe_request(calc, "heads: ４\n")["presets"] == [{"label": "Wide", "values": {"heads": 8}}]  # fullwidth 4: not a number
+    _, problems = check_calculator(calc, {"cases": []}, stdout="heads: ٤")
+    assert [p.message for p in problems] == ["preset 'Measured': the checked run printed nothing that matches 'heads: (\\\\d+)' (with a number in its first group)"]
+
+
+@pytest.mark.unit
 def test_a_printed_figure_the_run_did_not_print_is_an_error_at_its_pattern() -> None:
     calc = lab_with(PRINTED).calculators[0]
     _, problems = check_calculator(calc, {"cases": []}, stdout="no such line")
