@@ -38,5 +38,10 @@ READINGS: tuple[tuple[str, str | None, float | None], ...] = (
     ("1e400", None, None),
     ("1/12", None, None),
     ("2 GiB extra", "B", None),
+    # Digits are ASCII: Python's int() and float() take Arabic-Indic or fullwidth ones, a page's Number() does not.
+    ("٤٢", None, None),
+    ("４２", None, None),
+    ("４２ GiB", "B", None),
+    ("1.٥", None, None),
 )
 """What a reader may type, in a question's unit, and the number it reads as (None: not a number)."""

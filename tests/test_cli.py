@@ -320,3 +320,18 @@ def test_a_starter_that_kills_its_supervisor_leaves_nothing_behind(how: str, sam
     assert re.search(r"code/lab-01-sample/kv\.py\s+failed", result.stdout), result.stdout + result.stderr
     time.sleep(3.5)
     assert not marker.exists(), "the starter's child outlived the supervisor it killed"
+
+
+def test_a_starter_with_a_byte_order_mark_is_previewed_by_symbol_and_its_state_recorded(sample_site: Path) -> None:
+    """A UTF-8 BOM is valid Python; ast.parse of the text refused it ("invalid non-printable character U+FEFF")."""
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_bytes(b"\xef\xbb\xbf" + starter.read_bytes())
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("  region: formula\n", "  symbol: kv_bytes_per_token\n"))
+    checked = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    built = run_infralens("build", cwd=sample_site)
+    assert built.returncode == 0 and built.stderr == "", built.stderr
+    page = next((sample_site / "output").rglob("lab-01-sample/index.html")).read_text()
+    assert '<a href="#L9" data-lines="9-9">Line 9</a>' in page  # `per_layer = …` keeps its line number
+    assert "8,192" in page  # per_layer's value, recorded by the traced run

@@ -22,6 +22,12 @@ from infralens.model.starter import RunSpec
 NVIDIA_SMI_QUERY = "index,uuid,name,memory.total,driver_version"
 """The columns `detect_machine` asks nvidia-smi for, in order (memory in MiB, with nounits)."""
 
+MOST_GPUS = 1024
+"""More GPU indices than one machine has: an index past it is not one nvidia-smi means."""
+MOST_MIB = 2**24
+"""More memory than one GPU has (16 TiB), in MiB."""
+_OUTSIDE_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,6})?")
+
 
 @dataclass(kw_only=True, frozen=True)
 class Gpu:
@@ -50,6 +56,9 @@ class Machine:
     """The GPUs a starter may use: those CUDA_VISIBLE_DEVICES lets it see."""
     hidden: bool = False
     """True when there are GPUs but CUDA_VISIBLE_DEVICES hides every one of them."""
+    unread: tuple[str, ...] = ()
+    """What was read from nvidia-smi or the environment and refused, each saying why: the GPU it
+    described is left out, and a run that needs one says so."""
 
     def missing(self, run: RunSpec) -> str | None:
         """Why a run cannot run here ('needs cuda: …'), or None when it can."""
@@ -57,7 +66,8 @@ class Machine:
             return None
         if not self.gpus:
             why = "CUDA_VISIBLE_DEVICES hides every GPU" if self.hidden else "this machine has no NVIDIA GPU (nvidia-smi lists none)"
-            return f"needs cuda: {why}"
+            unread = f" ({'; '.join(self.unread)})" if self.unread else ""
+            return f"needs cuda: {why}{unread}"
         if self.cuda is None:
             return f"needs cuda: torch {self.torch} is not a CUDA build"
         largest = max(self.gpus, key=lambda gpu: gpu.memory)
@@ -79,36 +89,65 @@ def gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
 
 
-def parse_gpus(listing: str) -> tuple[Gpu, ...]:
-    """Read `nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv,noheader,nounits` output."""
-    gpus = []
-    for row in csv.reader(listing.splitlines(), skipinitialspace=True):
-        if len(row) != 5 or not row[0].strip().isdigit():
+def outside_number(text: str, most: float) -> float | None:
+    """Read a number that comes from outside (nvidia-smi, the environment), or None.
+
+    ASCII digits with an optional fraction, from 0 to `most`: `inf`, `1e400`, `²` or 400 digits,
+    which float() and int() take or choke on, are not numbers a tool prints.
+    """
+    text = text.strip()
+    if not _OUTSIDE_NUMBER.fullmatch(text):
+        return None
+    value = float(text)
+    return value if value <= most else None
+
+
+def shown(text: str) -> str:
+    """An outside value as a message quotes it: cut to 40 characters."""
+    return repr(text if len(text) <= 40 else text[:40] + "…")
+
+
+def read_gpus(listing: str) -> tuple[tuple[Gpu, ...], tuple[str, ...]]:
+    """Read `nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv,noheader,nounits` output: the
+    GPUs, and why each row that looks like a GPU but whose numbers cannot be read is left out."""
+    gpus, refused = [], []
+    for number, row in enumerate(csv.reader(listing.splitlines(), skipinitialspace=True), start=1):
+        if len(row) != 5 or not row[0].strip().isdigit():  # a message, not a row
             continue
         index, uuid, name, memory, driver = (cell.strip() for cell in row)
-        try:
-            size = round(float(memory) * 2**20)
-        except ValueError:  # "[N/A]" on some boards
-            size = 0
-        gpus.append(Gpu(index=int(index), uuid=uuid, name=name, memory=size, driver=driver))
-    return tuple(gpus)
+        at = outside_number(index, MOST_GPUS)
+        size = 0.0 if memory == "[N/A]" else outside_number(memory, MOST_MIB)  # "[N/A]" on some boards: memory unknown
+        if at is None or at != int(at):
+            refused.append(f"nvidia-smi row {number}: index {shown(index)} is not a GPU index")
+        elif size is None:
+            refused.append(f"nvidia-smi row {number}: memory {shown(memory)} is not a number of MiB")
+        else:
+            gpus.append(Gpu(index=int(at), uuid=uuid, name=name, memory=round(size * 2**20), driver=driver))
+    return tuple(gpus), tuple(refused)
 
 
 def visible(gpus: tuple[Gpu, ...], setting: str | None) -> tuple[Gpu, ...]:
     """The GPUs CUDA_VISIBLE_DEVICES lets a process see, in its order.
 
-    CUDA reads the list up to its first entry that names no GPU; an entry is an index or a
-    (prefix of a) UUID. Unset: every GPU.
+    CUDA reads the list up to its first entry that names no GPU; an entry is an index (ASCII
+    digits) or a (prefix of a) UUID. Unset: every GPU.
     """
     if setting is None:
         return gpus
     chosen: list[Gpu] = []
     for entry in (part.strip() for part in setting.split(",")):
-        match = [gpu for gpu in gpus if (entry.isdigit() and gpu.index == int(entry)) or (entry.startswith("GPU-") and gpu.uuid.startswith(entry))]
+        index = outside_number(entry, MOST_GPUS) if "." not in entry else None
+        match = [gpu for gpu in gpus if (index is not None and gpu.index == index) or (entry.startswith("GPU-") and gpu.uuid.startswith(entry))]
         if len(match) != 1 or match[0] in chosen:
             break
         chosen.append(match[0])
     return tuple(chosen)
+
+
+def unread_setting(setting: str | None) -> tuple[str, ...]:
+    """Why CUDA_VISIBLE_DEVICES's entries that look like numbers (`²`, `１`) are not GPU indices."""
+    entries = (part.strip() for part in (setting or "").split(","))
+    return tuple(f"CUDA_VISIBLE_DEVICES: {shown(entry)} is not a GPU index" for entry in entries if entry.isdigit() and outside_number(entry, MOST_GPUS) is None)
 
 
 def torch_cuda(version_py: str) -> str | None:
@@ -144,14 +183,17 @@ def detect_machine(environ: dict[str, str] | None = None, gpus: bool = True) -> 
         except OSError:
             cuda = None
     every: tuple[Gpu, ...] = ()
+    refused: tuple[str, ...] = ()
     smi = shutil.which("nvidia-smi", path=environ.get("PATH")) if gpus else None
     if smi is not None:
         try:
-            listed = subprocess.run([smi, f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-            every = parse_gpus(listed.stdout) if listed.returncode == 0 else ()
+            listed = subprocess.run([smi, f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, timeout=10)
+            # bytes, decoded here: a board's name in another encoding is no reason to stop check
+            every, refused = read_gpus(listed.stdout.decode("utf-8", errors="replace")) if listed.returncode == 0 else ((), ())
         except (OSError, subprocess.TimeoutExpired):
             every = ()
-    chosen = visible(every, environ.get("CUDA_VISIBLE_DEVICES"))
+    setting = environ.get("CUDA_VISIBLE_DEVICES")
+    chosen = visible(every, setting)
     return Machine(
         cpu=cpu_name(cpuinfo, platform.processor(), os.cpu_count() or 1),
         python=platform.python_version(),
@@ -159,6 +201,7 @@ def detect_machine(environ: dict[str, str] | None = None, gpus: bool = True) -> 
         cuda=cuda,
         gpus=chosen,
         hidden=bool(every) and not chosen,
+        unread=refused + (unread_setting(setting) if gpus else ()),
     )
 
 

@@ -21,6 +21,7 @@ from infralens.model.resolved import Excerpt
 from infralens.model.record import MAX_ARTIFACT_BYTES
 from infralens.model.run import RunResult, Status, first_runs
 from infralens.model.starter import RunSpec
+from infralens.text.patterns import MATCH_SECONDS, PatternTimeout, search_output
 
 
 
@@ -83,21 +84,16 @@ def svg_problem(data: bytes) -> str | None:
     return None
 
 
-EXPECT_SECONDS = 2.0
+EXPECT_SECONDS = MATCH_SECONDS
 """How long one `expect` pattern may take to match a run's output."""
 
 
 def expect_found(pattern: str, output: str, seconds: float = EXPECT_SECONDS) -> bool | None:
-    """Say whether an expect pattern occurs in the output, or None when matching it ran out of time.
-
-    The regex module matches with a time limit, and avoids the exponential backtracking of `re`,
-    where `^(a+)+$` against 34 a's kept check busy forever. Patterns are checked with `re` syntax when the manifest is parsed.
-    """
-    import regex
-
+    """Say whether an expect pattern occurs in the output, or None when matching it ran out of time
+    (the one bounded matcher, text.patterns)."""
     try:
-        return regex.search(pattern, output, regex.MULTILINE, timeout=seconds) is not None
-    except TimeoutError:
+        return search_output(pattern, output, seconds) is not None
+    except PatternTimeout:
         return None
 
 

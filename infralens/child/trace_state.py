@@ -926,7 +926,7 @@ def child() -> None:
     import atexit
 
     spec = json.loads(os.environ[CHILD_SPEC])
-    with open(spec["source"], encoding="utf-8") as handle:
+    with open(spec["source"], encoding="utf-8-sig") as handle:  # -sig: a starter may begin with a byte-order mark
         source = handle.read()
     if spec.get("blocks") is not None:
         source = python_of(source, spec["blocks"])
@@ -983,7 +983,7 @@ def main() -> None:
     source_path, spec_path, *args = sys.argv[1:]
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
-    with open(source_path, encoding="utf-8") as handle:
+    with open(source_path, encoding="utf-8-sig") as handle:
         source = handle.read()
     blocks = spec.get("blocks")
     if blocks is not None:

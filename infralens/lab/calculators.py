@@ -15,7 +15,6 @@ import ast
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -51,6 +50,7 @@ from infralens.model.expr import (
 from infralens.model.lab import Lab, mirrored_starter
 from infralens.model.resolved import Excerpt, Published
 from infralens.model.run import RunResult
+from infralens.text.patterns import PatternTimeout, search_output
 from infralens.text.source import SourceFile
 from infralens.urls import lab_url
 
@@ -69,10 +69,16 @@ def chart_file(calc_id: str) -> str:
 
 
 def printed_value(printed: Printed, stdout: str) -> Numeric | None:
-    """The number a run printed where the pattern's first group matches, scaled; None if none."""
-    match = re.search(printed.pattern, stdout)
+    """The number a run printed where the pattern's first group matches, scaled; None if none
+    (also when the pattern ran out of time: `check_calculator` says so at the pattern)."""
     try:
-        number = float(match.group(1).replace(",", "")) if match else None
+        match = search_output(printed.pattern, stdout)
+    except PatternTimeout:
+        return None
+    try:
+        digits = match.group(1).replace(",", "") if match else None
+        # ASCII digits only, as the page reads a number: float() also takes '٤٢' and '４２'
+        number = float(digits) if digits is not None and digits.isascii() else None
     except (IndexError, ValueError, TypeError, AttributeError):
         return None
     return number * printed.scale if number is not None and math.isfinite(number) else None
@@ -202,6 +208,11 @@ def check_calculator(calc: Calculator, answer: dict | None, finished: str = "", 
     for preset in calc.presets:
         if isinstance(preset, PrintedPreset):
             for _, printed, _ in preset.printed:
+                try:
+                    search_output(printed.pattern, stdout)
+                except PatternTimeout as slow:
+                    problems.append(Problem(printed.mark, f"preset {preset.label!r}: {slow.reason}"))
+                    continue
                 if printed_value(printed, stdout) is None:
                     problems.append(Problem(printed.mark, f"preset {preset.label!r}: the checked run printed nothing that matches {printed.pattern!r} (with a number in its first group)"))
     if "error" in answer:
@@ -348,13 +359,16 @@ def calculators_script(checked: list[Checked]) -> str:
     parts = []
     for one in checked:
         data = calculator_data(one)
-        functions = ", ".join(f"{json.dumps(o['name'])}: (v) => {o.pop('js')}" for o in data["outputs"])
+        # Keyed by names from the manifest, so built as entries: in an object literal a key
+        # `"__proto__"` sets the prototype instead of making a property (JSON.parse makes one).
+        functions = ", ".join(f"[{json.dumps(o['name'])}, (v) => {o.pop('js')}]" for o in data["outputs"])
         # The test of a choice (`a if test else b`), so the line says in words which side held.
-        tests = ", ".join(f"{json.dumps(o['name'])}: (v) => {test}" for o in data["outputs"] if (test := o.pop("test")))
+        tests = ", ".join(f"[{json.dumps(o['name'])}, (v) => {test}]" for o in data["outputs"] if (test := o.pop("test")))
         names = frozenset(i.name for i in one.calc.inputs)
         conditions = ", ".join(f"(v) => {condition_js(parse_condition(r.that.text, names))}" for r in one.calc.requires)
-        parts.append(f"{json.dumps(one.calc.id)}: Object.assign({json.dumps(data, ensure_ascii=False, separators=(',', ':'))}, {{compute: {{{functions}}}, tests: {{{tests}}}, holds: [{conditions}]}})")
-    return "window.InfraLensCalculators = {" + ",\n".join(parts) + "};\n"
+        text = json.dumps(json.dumps(data, ensure_ascii=False, separators=(",", ":")), ensure_ascii=False)
+        parts.append(f"[{json.dumps(one.calc.id)}, Object.assign(JSON.parse({text}), {{compute: Object.fromEntries([{functions}]), tests: Object.fromEntries([{tests}]), holds: [{conditions}]}})]")
+    return "window.InfraLensCalculators = Object.fromEntries([" + ",\n".join(parts) + "]);\n"
 
 
 # ---------------------------------------------------------------- the page

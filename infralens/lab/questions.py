@@ -19,14 +19,13 @@ import math
 import re
 from dataclasses import dataclass
 
-import regex
-
 from infralens.errors import Problem, Problems
 from infralens.lab.state import bound_names
 from infralens.model.lab import Lab, answering_starter, question_id
 from infralens.model.question import Option, Question
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
+from infralens.text.patterns import PatternTimeout, search_output
 from infralens.text.source import SourceFile
 
 PREFIXES: dict[str, float] = {
@@ -36,10 +35,9 @@ PREFIXES: dict[str, float] = {
 }
 """What a prefix before the unit multiplies by. Binary ones are for bytes, as runs print them."""
 
-MATCH_SECONDS = 2.0
-"""How long a question's pattern may take to match a run's output (as an `expect` pattern may)."""
-
-_NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+_NUMBER = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?(?:[eE]([+-]?\d+))?", re.ASCII)
+"""A number as questions.js reads one: ASCII digits only, as a browser's Number() takes them
+(float() would read '٤٢' or '４２' as 42, which the page calls not a number)."""
 _GROUPING = re.compile(r"[_\u2009\u202f]")
 """Digit grouping a reader may type and that is dropped: 1_000, and thin spaces."""
 _SPACES = re.compile(r"\s+")
@@ -139,10 +137,10 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
     if spec.recorded is not None:
         return recorded_answer(qid, question, result, blocks)
     pattern = spec.printed
-    try:  # the regex module, with a time limit: a pattern that backtracks without end stops
-        match = regex.search(pattern, result.stdout, regex.MULTILINE, timeout=MATCH_SECONDS)
-    except TimeoutError:
-        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: '{pattern}' did not finish matching the run's output in {MATCH_SECONDS:g} s (a pattern that backtracks without end?)")
+    try:
+        match = search_output(pattern, result.stdout)
+    except PatternTimeout as slow:
+        return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: {slow.reason}")
     if match is None or match.group(1) is None:
         return Answered(id=qid, question=question), Problem(spec.printed_mark, f"question {qid!r}: the checked run of {result.starter} printed nothing that matches '{pattern}'")
     printed = match.group(1).strip()
@@ -158,8 +156,9 @@ def answer(lab: Lab, position: int, question: Question, runs: dict[str, RunResul
 
 def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dict[str, KeyBlock]) -> tuple[Answered, Problem | None]:
     """The value a run recorded for a name on a key block's lines: the last sample of the last line
-    that binds it (what the block's table shows), or a function's return there. A run that recorded
-    no state at all (`check --no-state`) answers nothing and is no problem."""
+    that binds it (what the block's table shows), or a function's return there, when that sample is
+    the line's final value (`not_final`). A run that recorded no state at all (`check --no-state`)
+    answers nothing and is no problem."""
     recorded, unit = question.answer.recorded, question.answer.unit
     block = blocks.get(recorded.block)
     state = json.loads(result.state) if result.state else None
@@ -171,14 +170,44 @@ def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dic
         samples = [s for s in entry.get("samples", ()) if isinstance(s, dict)] if block.first <= number <= block.last else []
         value = (samples[-1].get(key) if key else samples[-1].get("values", {}).get(recorded.name)) if samples else None
         if isinstance(value, str):
-            found = (number, value)
+            found = (number, value, entry, samples[-1])
     if found is None:
         return Answered(id=qid, question=question), Problem(recorded.mark, f"question {qid!r}: the checked run recorded no value of {recorded.name!r} on lines {block.first}-{block.last}")
-    number, value = found
+    number, value, entry, sample = found
+    early = not_final(entry, sample, calls=kind == "calls")
+    if early:
+        return Answered(id=qid, question=question), Problem(
+            recorded.mark,
+            f"question {qid!r}: the checked run recorded {recorded.name!r} on line {number} {early}, so its final value is unknown; "
+            "ask about a line that runs once after the loop, or take the answer from what the run printed",
+        )
     figure = reading(value, unit)
     if figure is None:
         return Answered(id=qid, question=question), Problem(recorded.mark, f"question {qid!r}: the run recorded {recorded.name} = {value!r} on line {number}, which is not a number{f' in {unit!r}' if unit else ''}")
     return Answered(id=qid, question=question, figure=figure, printed=value, line=f"{recorded.name} = {value}", finished=result.finished, recorded_on=number), None
+
+
+def not_final(entry: dict, sample: dict, *, calls: bool) -> str:
+    """Say when a recorded sample is not the value its line (or function) ended the run with, or ''.
+
+    Final is the last run of the last call, all of it traced, or the value a name held when its
+    call returned ("at": "return"). A sample taken before tracing stopped in a hot loop is not:
+    published as the answer, it grades readers against a number the run never ended with.
+    """
+    count = int(entry.get("count", 1) or 1)
+    if calls:  # a function's return: its count is every call, traced or not
+        call = int(sample.get("call", sample.get("n", count)) or 0)
+        return "" if call == count else f"only in call {call:,} of {count:,}"
+    last_call = int(entry.get("calls", 0) or 0)
+    call = int(sample.get("call", last_call) or 0)
+    if last_call > 1 and call != last_call:
+        return f"only in call {call:,} of {last_call:,}"
+    if sample.get("at") == "return":
+        return ""
+    if not entry.get("exact", True):
+        return f"only before tracing stopped (its line ran ≥ {count:,} times)"
+    run = int(sample.get("n", count) or 0)
+    return "" if run == count else f"only on run {run:,} of {count:,}"
 
 
 def _answers(lab: Lab, runs: dict[str, RunResult], blocks: tuple[KeyBlock, ...]):

@@ -91,6 +91,10 @@ def roofline_view(calc: Calculator, cases: tuple[Case, ...]) -> RooflineView:
     hardware_groups = {g for g, names in groups.items() if chart.peak in names or chart.bandwidth in names}
     operator_groups = {g for g, names in groups.items() if chart.x in names} - hardware_groups
     numbers = [{i.name: i.number(v) for i, (_, v) in zip(calc.inputs, case.values)} | dict(case.results) for case in cases]
+    # Only a case above 0 on every axis has a place on log-scale axes; the manifest's checks refuse
+    # the rest (calculator._check_chart, check_calculator), so none is dropped from a page that builds.
+    plotted = [(case, at) for case, at in zip(cases, numbers) if all(math.isfinite(at[k]) and at[k] > 0 for k in (chart.x, chart.y, chart.peak, chart.bandwidth))]
+    cases, numbers = (tuple(c for c, _ in plotted), [at for _, at in plotted]) if plotted else (cases[:1], numbers[:1])
     roofs_at: dict[tuple[float, float], str] = {}
     for case, at in zip(cases, numbers):
         if case.group in hardware_groups or case is cases[0]:

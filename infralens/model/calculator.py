@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -317,7 +318,7 @@ def _calculator(f: Fields, ctx: Context) -> dict:
     cases = [("the defaults", {i.name: i.default for i in inputs}), *_preset_cases(presets, inputs, by_name, problems)]
     conditions = _parsed_requirements(f.values["requires"], by_name, problems)
     if len(problems) == before:
-        _check_at_cases(cases, conditions, outputs, parsed, by_name, problems)
+        _check_at_cases(cases, conditions, outputs, parsed, by_name, problems, f.values["chart"])
     return {"mark": f.mark, "presets": presets} if len(problems) == before else INVALID
 
 
@@ -363,6 +364,10 @@ def _check_chart(chart, by_name: dict, outputs, problems: Problems) -> None:
     x_input = by_name.get(chart.x)
     if x_input is not None and not (x_input.min is not None and x_input.max is not None and 0 < x_input.min < x_input.max):
         problems.add(x_input.mark, f"chart: the x input {chart.x!r} needs 0 < min < max, for its log-scale slider")
+    for key, name in (("peak", chart.peak), ("bandwidth", chart.bandwidth)):
+        ceiling = by_name.get(name)
+        if ceiling is not None and ceiling.choices is None and not (ceiling.min is not None and ceiling.min > 0):
+            problems.add(ceiling.mark, f"chart: the {key} input {name!r} needs min > 0: a roof's ridge is peak / bandwidth, on log-scale axes")
 
 
 def _preset_cases(presets, inputs, by_name: dict, problems: Problems) -> list[tuple[str, dict]]:
@@ -410,8 +415,9 @@ def _parsed_requirements(requirements, by_name: dict, problems: Problems) -> lis
     return conditions
 
 
-def _check_at_cases(cases, conditions, outputs, parsed: dict, by_name: dict, problems: Problems) -> None:
-    """At the defaults and each listed preset, the requirements hold and every output evaluates."""
+def _check_at_cases(cases, conditions, outputs, parsed: dict, by_name: dict, problems: Problems, chart: Chart | None = None) -> None:
+    """At the defaults and each listed preset, the requirements hold, every output evaluates, and
+    a chart's y is above 0 (its axis is log-scale)."""
     for where, values in cases:
         numbers = {name: by_name[name].number(value) for name, value in values.items()}
         broken = [r for r, condition in conditions if not safely_holds(condition, numbers)]
@@ -424,6 +430,11 @@ def _check_at_cases(cases, conditions, outputs, parsed: dict, by_name: dict, pro
             except ExprError as exc:
                 problems.add(output.expr.at(exc.offset), f"expr: at {where}: {exc.message}")
                 break
+        else:
+            y = numbers.get(chart.y) if chart is not None else None
+            if y is not None and not (math.isfinite(y) and y > 0):
+                output = next(o for o in outputs if o.name == chart.y)
+                problems.add(output.expr.mark, f"chart: at {where}, {chart.y} = {y!r}; the chart's y axis is log-scale and shows only values above 0")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -136,6 +136,8 @@ def _check(node: ast.AST, names: frozenset[str], used: set[str], lead: int, bool
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExprError(f"only numbers may be written, not {node.value!r}", _at(node, lead))
+        if not finite_constant(node.value):  # 1e999 is Python's inf, and `inf` in the page's script
+            raise ExprError("only finite numbers may be written (a float holds at most 1.8e308)", _at(node, lead))
         return
     if isinstance(node, ast.Name):
         if node.id not in names:
@@ -273,6 +275,15 @@ def call(name: str, args: list[Number], at: int = 0) -> Number:
 
 JS_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 JS_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "===", "!=": "!=="}
+
+
+def finite_constant(value: int | float) -> bool:
+    """Say whether a number written in an expression is one both Python and JavaScript hold: not
+    inf or nan, and no integer past the largest float (JavaScript reads it as Infinity)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def to_js(expr: Expr, scope: str = "v") -> str:

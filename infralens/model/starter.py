@@ -54,7 +54,8 @@ DEVICES: tuple[Device, ...] = get_args(Device)
 MEMORY_UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}
 
 
-GPU_MEMORY = r"(\d+(?:\.\d+)?) ?(" + "|".join(MEMORY_UNITS) + ")"
+GPU_MEMORY = r"([0-9]{1,6}(?:\.[0-9]{1,3})?) ?(" + "|".join(MEMORY_UNITS) + ")"
+"""A size in ASCII digits, short enough to be one GPU's memory (a float, never inf)."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -279,7 +279,9 @@ class Workspace:
         if size > MAX_STARTER_BYTES:
             problems.add(mark, f"starter {starter_path!r} is {size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
             return None
-        return self.read_text(real, starter_path, problems, mark)
+        text = self.read_text(real, starter_path, problems, mark)
+        # A UTF-8 byte-order mark is valid Python but not text ast.parse takes; it holds no line.
+        return text.removeprefix("\ufeff") if text is not None else None
 
     def theme_dirs(self, packaged: Path) -> tuple[Path, ...]:
         """Return the template folders, most specific first: the site's own templates/, then the packaged theme."""

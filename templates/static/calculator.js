@@ -96,13 +96,18 @@ const InfraLensCalc = (() => {
     if (format === "percent") return significant(v * 100, digits) + "%" + after;
     return counted(significant(v, digits), unit);
   };
+  /* Names come from the manifest, so every lookup by name asks for an own property, and every
+     record keyed by names has no prototype: an input `__proto__` or a group `constructor` is then
+     a name like any other. */
+  const own = (object, name) => (object && Object.prototype.hasOwnProperty.call(object, name) ? object[name] : undefined);
+  const record = () => Object.create(null);
   const shown = (output, v) => show(v, output.format, output.unit, output.labels, output.digits);
   const brief = (output, v) => (output.format === "bytes" || output.format === "bytes-iec" ? `${exact(v)} B${output.unit ? " " + output.unit : ""}` : shown(output, v));
 
   /* A field's text as a number, or why it is not one: "4,096", "4096", "1e6" and " 32 " all read. */
   const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
   const read = (field, text) => {
-    if (field.choices) return field.choices[text] === undefined ? { error: `${field.label}: pick one of the choices.` } : { value: text };
+    if (field.choices) return own(field.choices, text) === undefined ? { error: `${field.label}: pick one of the choices.` } : { value: text };
     const clean = text.trim().replace(/[,_\s]/g, "");
     if (clean === "") return { error: `${field.label}: enter a number.` };
     if (!NUMBER.test(clean)) return { error: `${field.label}: “${text.trim().slice(0, 24)}” is not a number.` };
@@ -116,12 +121,12 @@ const InfraLensCalc = (() => {
 
   /* Every output in order for these values, or the first error (a message, never NaN or Infinity). */
   const compute = (calc, values) => {
-    const v = {}, out = {};
-    calc.inputs.forEach((field) => { v[field.name] = field.choices ? field.choices[values[field.name]] : values[field.name]; });
+    const v = record(), out = record();
+    calc.inputs.forEach((field) => { v[field.name] = field.choices ? own(field.choices, values[field.name]) : values[field.name]; });
     const broken = (calc.holds || []).findIndex((holds) => { try { return !holds(v); } catch (error) { return true; } });
     if (broken >= 0) return { error: calc.requires[broken], v };
     for (const output of calc.outputs) {
-      try { v[output.name] = out[output.name] = calc.compute[output.name](v); } catch (error) { return { error: `${output.label}: ${error.message}.`, v }; }
+      try { v[output.name] = out[output.name] = own(calc.compute, output.name)(v); } catch (error) { return { error: `${output.label}: ${error.message}.`, v }; }
     }
     return { out, v };
   };
@@ -136,7 +141,7 @@ const InfraLensCalc = (() => {
   const work = (calc, output, v) => {
     const result = shown(output, v[output.name]);
     if (!output.branches.length) return said(calc, output.pieces, v) + " = " + result;
-    const { when, then } = output.branches[calc.tests[output.name](v) ? 0 : 1];
+    const { when, then } = output.branches[own(calc.tests, output.name)(v) ? 0 : 1];
     return said(calc, when, v) + ": " + (then ? said(calc, then, v) + " = " : "") + result;
   };
   const inField = (field, value) => (field.choices ? value : exact(value / field.scale));  // never rounded
@@ -148,13 +153,14 @@ const InfraLensCalc = (() => {
   function build(section, calc) {
     const { el } = InfraLens, id = section.dataset.calc, form = el("form", { className: "calc-form", noValidate: true });
     form.setAttribute("aria-describedby", `calc-${id}-status`);
-    const rows = {};  // the defaults lead the first group's row
+    const rows = new Map();  // the defaults lead the first group's row
     calc.presets.forEach((preset, index) => {
       const group = preset.group || Object.keys(calc.groups)[0] || "Presets";
-      (rows[group] = rows[group] || []).push([index, preset.label]);
+      if (!rows.has(group)) rows.set(group, []);
+      rows.get(group).push([index, preset.label]);
     });
     if (calc.presets.length > 1) {
-      Object.entries(rows).forEach(([group, members]) => {
+      rows.forEach((members, group) => {
         const row = el("div", { className: "calc-presets", role: "group" }, el("span", { className: "calc-group", textContent: group }));
         row.setAttribute("aria-label", group);
         row.querySelector("span").setAttribute("aria-hidden", "true");
@@ -171,9 +177,9 @@ const InfraLensCalc = (() => {
       const fieldId = `calc-${id}-${field.name}`, box = el("div", { className: "calc-field" }, el("label", { htmlFor: fieldId, textContent: field.label }));
       if (field.choices) {
         box.append(el("select", { id: fieldId, name: field.name }, ...Object.entries(field.choices).map(([name, number]) =>
-          el("option", { value: name, textContent: `${name} (${counted(exact(number), field.unit)})`, selected: name === defaults[field.name] }))));
+          el("option", { value: name, textContent: `${name} (${counted(exact(number), field.unit)})`, selected: name === own(defaults, field.name) }))));
       } else {
-        const input = el("input", { id: fieldId, name: field.name, type: "text", value: inField(field, defaults[field.name]), autocomplete: "off" });
+        const input = el("input", { id: fieldId, name: field.name, type: "text", value: inField(field, own(defaults, field.name)), autocomplete: "off" });
         input.inputMode = field.whole ? "numeric" : "decimal";
         input.setAttribute("aria-describedby", `${fieldId}-note`);
         box.append(input, el("span", { className: "calc-unit", id: `${fieldId}-note`, textContent: field.unit }));
@@ -209,15 +215,15 @@ const InfraLensCalc = (() => {
   function start(section, calc) {
     const form = section.querySelector(".calc-form"), status = section.querySelector(".calc-status");
     const share = section.querySelector(".calc-share a"), id = section.dataset.calc;
-    const control = (name) => form.elements.namedItem(name);
+    const control = (name) => form.querySelector(`[id="calc-${id}-${name}"]`);  // not form.elements: a field may be named as one of its properties
     // A field shows a whole value exactly, any other to 6 significant digits, and gives it back
     // through its scale: a preset is on when the fields hold its values to that precision.
     const same = (a, b) => a === b || (typeof a === "number" && typeof b === "number" && Math.abs(a - b) <= 1e-5 * Math.abs(a));
     // The defaults set every input; a preset, the inputs its group sets (hardware keeps the operator).
-    const fields = (preset) => (preset.group ? calc.groups[preset.group] : calc.inputs.map((f) => f.name));
+    const fields = (preset) => (preset.group ? own(calc.groups, preset.group) || [] : calc.inputs.map((f) => f.name));
     const defaults = calc.presets[0].values;
     const current = () => {
-      const values = {}, errors = [];
+      const values = record(), errors = [];
       calc.inputs.forEach((field) => {
         const got = read(field, control(field.name).value);
         control(field.name).setAttribute("aria-invalid", got.error ? "true" : "false");
@@ -238,9 +244,9 @@ const InfraLensCalc = (() => {
       if (calc.chart) draw(result);
       section.querySelectorAll("[data-preset]").forEach((button) => {
         const preset = calc.presets[button.dataset.preset];
-        button.setAttribute("aria-pressed", String(fields(preset).every((name) => same(preset.values[name], values[name]))));
+        button.setAttribute("aria-pressed", String(fields(preset).every((name) => same(own(preset.values, name), values[name]))));
       });
-      const changed = calc.inputs.filter((f) => values[f.name] !== undefined && !same(values[f.name], defaults[f.name]));
+      const changed = calc.inputs.filter((f) => values[f.name] !== undefined && !same(values[f.name], own(defaults, f.name)));
       const query = changed.map((f) => `${f.name}=${encodeURIComponent(control(f.name).value.trim())}`).join("&");  // as typed
       share.href = `#calc-${id}` + (query ? "?" + query : "");
       follow();
@@ -285,12 +291,19 @@ const InfraLensCalc = (() => {
       });
       if (then) update();
     };
+    /* A link's parameters, each decoded on its own: one a mail client or chat mangled
+       (`%E0%A4`, which decodeURIComponent refuses) is left out, and the rest still apply. */
+    const decoded = (text) => { try { return decodeURIComponent(text.replace(/\+/g, " ")); } catch (error) { return null; } };
     const fromAddress = () => {
-      const hash = decodeURIComponent(location.hash);
+      const hash = decoded(location.hash) ?? location.hash;
       if (!hash.startsWith(`#calc-${id}?`)) return false;
-      const given = Object.fromEntries(new URLSearchParams(location.hash.slice(`#calc-${id}?`.length)));
+      const query = location.hash.slice(location.hash.indexOf("?") + 1), given = new Map();
+      query.split("&").forEach((pair) => {
+        const cut = pair.indexOf("="), name = decoded(pair.slice(0, cut)), text = decoded(pair.slice(cut + 1));
+        if (cut > 0 && name !== null && text !== null) given.set(name, text);
+      });
       fill(defaults, false);
-      Object.entries(given).forEach(([name, text]) => { if (calc.inputs.some((f) => f.name === name)) control(name).value = text; });
+      given.forEach((text, name) => { if (calc.inputs.some((f) => f.name === name)) control(name).value = text; });
       update();
       section.scrollIntoView();
       return true;
@@ -307,7 +320,7 @@ const InfraLensCalc = (() => {
 
   /* Open a block once: build its form, inline its chart, start; then focus its first field. */
   const open = (section, focus) => {
-    const calc = (window.InfraLensCalculators || {})[section.dataset.calc];
+    const calc = own(window.InfraLensCalculators, section.dataset.calc);
     if (!calc) return Promise.resolve();
     if (!section.dataset.started) {
       section.dataset.started = "1";

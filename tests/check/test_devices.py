@@ -16,7 +16,14 @@ import pytest
 from conftest import add_starter, run_infralens
 
 from infralens.build import load_project
-from infralens.check.devices import Machine, cpu_name, parse_gpus, torch_cuda, visible
+from infralens.check.devices import (
+    Machine,
+    cpu_name,
+    detect_machine,
+    read_gpus,
+    torch_cuda,
+    visible,
+)
 from infralens.check.results import ResultStore, merge_results
 from infralens.check.runner import run_labs
 from infralens.errors import InputError
@@ -27,7 +34,7 @@ SMI = """0, GPU-1f2e3d4c-aaaa-bbbb-cccc-000000000000, NVIDIA H100 80GB HBM3, 815
 1, GPU-9a8b7c6d-aaaa-bbbb-cccc-111111111111, NVIDIA H100 80GB HBM3, 81559, 550.54.15
 2, GPU-55aa55aa-aaaa-bbbb-cccc-222222222222, NVIDIA L4, [N/A], 550.54.15
 """
-GPUS = parse_gpus(SMI)
+GPUS, _ = read_gpus(SMI)
 H100_MACHINE = Machine(cpu="AMD EPYC 7V13 64-Core Processor (48 cores)", python="3.12.3", torch="2.13.0+cu128", cuda="12.8", gpus=GPUS[:1])
 CPU_MACHINE = Machine(cpu="AMD EPYC (2 cores)", python="3.12.3", torch="2.13.0+cpu", cuda=None)
 
@@ -39,7 +46,7 @@ def test_nvidia_smi_rows_are_read_with_memory_in_bytes() -> None:
         (1, "NVIDIA H100 80GB HBM3", 81559 * 2**20, "550.54.15"),
         (2, "NVIDIA L4", 0, "550.54.15"),
     ]
-    assert parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n") == ()
+    assert read_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n") == ((), ())
 
 
 @pytest.mark.unit
@@ -128,6 +135,9 @@ def test_a_starter_runs_once_per_device_it_lists() -> None:
         ("{gpu_memory: 8 GiB}", "labs/lab-01-x.yml:10:10: error: gpu_memory is for a run on cuda; add `device: cuda` or remove it"),
         ("{device: tpu}", "labs/lab-01-x.yml:10:19: error: 'tpu' is not one of: cpu, cuda (did you mean 'cpu'?)"),
         ("{device: cuda, gpu_memory: lots}", "labs/lab-01-x.yml:10:37: error: 'lots' is not a size such as '40 GiB' or '24 GB'"),
+        # 400 digits made a float of inf, and round(inf) an OverflowError traceback; Unicode digits read as a size.
+        ("{device: cuda, gpu_memory: " + "9" * 400 + " GiB}", "labs/lab-01-x.yml:10:37: error: '" + "9" * 400 + " GiB' is not a size such as '40 GiB' or '24 GB'"),
+        ("{device: cuda, gpu_memory: ４０ GiB}", "labs/lab-01-x.yml:10:37: error: '４０ GiB' is not a size such as '40 GiB' or '24 GB'"),
         ("[]", "labs/lab-01-x.yml:10:10: error: expected at least 1 item, got 0"),
         (
             "\n- {device: cuda}\n- {args: [x]}",
@@ -240,3 +250,41 @@ def test_a_gpu_jobs_result_merges_over_a_cpu_shards_skip_and_shows_on_the_page(s
     page = (tmp_path / "out" / "labs" / "lab-01-sample" / "index.html").read_text()
     assert "Last run on cpu: <strong>passed</strong>" in page and "Last run on cuda: <strong>passed</strong> in 0.40 s on <time" in page
     assert f"On {H100_MACHINE.hardware('cuda')}</span>" in page
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        ("0, GPU-1f2e, NVIDIA H100, inf, 550.54.15", "nvidia-smi row 1: memory 'inf' is not a number of MiB"),
+        ("0, GPU-1f2e, NVIDIA H100, 1e400, 550.54.15", "nvidia-smi row 1: memory '1e400' is not a number of MiB"),
+        ("0, GPU-1f2e, NVIDIA H100, " + "9" * 400 + ", 550.54.15", "nvidia-smi row 1: memory '" + "9" * 40 + "…' is not a number of MiB"),
+        ("², GPU-1f2e, NVIDIA H100, 81559, 550.54.15", "nvidia-smi row 1: index '²' is not a GPU index"),
+    ],
+)
+def test_a_gpu_whose_numbers_nvidia_smi_garbles_is_absent_and_says_why(row: str, why: str) -> None:
+    gpus, refused = read_gpus(row + "\n" + SMI.splitlines()[1])
+    assert [gpu.index for gpu in gpus] == [1] and refused == (why,)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("setting", ["²", "0,²", "１"])
+def test_cuda_visible_devices_with_a_number_that_is_not_ascii_names_no_gpu(setting: str) -> None:
+    assert [gpu.index for gpu in visible(GPUS, setting)] == ([0] if setting.startswith("0") else [])
+
+
+FAKE_SMI = """#!/bin/sh
+printf '0, GPU-1f2e, NVIDIA \\377\\376 H100, inf, 550.54.15\\n'
+"""
+
+
+@pytest.mark.unit
+def test_nvidia_smi_output_that_is_not_utf8_or_garbled_leaves_no_gpu_and_says_why(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    machine = detect_machine({"PATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": "²"})
+    assert machine.gpus == () and machine.unread == ("nvidia-smi row 1: memory 'inf' is not a number of MiB", "CUDA_VISIBLE_DEVICES: '²' is not a GPU index")
+    assert machine.missing(RunSpec(device="cuda")) == (
+        "needs cuda: this machine has no NVIDIA GPU (nvidia-smi lists none) (nvidia-smi row 1: memory 'inf' is not a number of MiB; CUDA_VISIBLE_DEVICES: '²' is not a GPU index)"
+    )

@@ -151,3 +151,36 @@ def test_a_plain_svg_drawing_with_its_own_references_passes() -> None:
 
     drawing = '<defs><linearGradient id="g"/></defs><rect style="fill:url(#g)"/><use xlink:href="#g"/><style>text{fill:currentColor}</style>'
     assert svg_problem(SVG.format(drawing).encode()) is None
+
+
+BACKTRACKING_PRESET = """calculators:
+  - id: kv
+    title: KV bytes
+    after: per_layer
+    inputs:
+      - {name: layers, label: Layers, unit: layers, default: 32, min: 1, max: 100}
+    presets:
+      - {label: Measured, printed: {layers: {pattern: '(a|aa)+$'}}}
+    outputs:
+      - name: total
+        label: Total
+        expr: layers * 16384
+        mirrors: kv_bytes_per_token(layers, 32, 128, 2)
+        format: bytes
+"""
+
+
+@pytest.mark.cli
+def test_a_printed_preset_that_backtracks_without_end_is_an_error_at_its_pattern_not_a_hang(sample_site: Path) -> None:
+    """`re` spins on `(a|aa)+$` against a long line of a's, deaf to SIGTERM; check and build both read the pattern."""
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text() + BACKTRACKING_PRESET)
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text() + "    print('a' * 60 + '!')\n")
+    where = f"labs/lab-01-sample.yml:{manifest.read_text().splitlines().index(BACKTRACKING_PRESET.splitlines()[7]) + 1}:55"
+    checked = run_infralens("check", "lab-01-sample", cwd=sample_site, timeout=120)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stdout + checked.stderr
+    assert "'(a|aa)+$' did not finish matching the run's output in 2 s" in checked.stdout + checked.stderr
+    built = run_infralens("build", cwd=sample_site, timeout=120)
+    assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
+    assert built.stderr == f"{where}: error: preset 'Measured': '(a|aa)+$' did not finish matching the run's output in 2 s (a pattern that backtracks without end?)\n1 error\n"

@@ -441,6 +441,14 @@ def test_a_printed_preset_reads_the_checked_runs_output() -> None:
 
 
 @pytest.mark.unit
+def test_a_printed_figure_is_read_in_ascii_digits_as_the_page_reads_them() -> None:
+    calc = lab_with(PRINTED).calculators[0]
+    assert probe_request(calc, "heads: ４\n")["presets"] == [{"label": "Wide", "values": {"heads": 8}}]  # fullwidth 4: not a number
+    _, problems = check_calculator(calc, {"cases": []}, stdout="heads: ٤")
+    assert [p.message for p in problems] == ["preset 'Measured': the checked run printed nothing that matches 'heads: (\\\\d+)' (with a number in its first group)"]
+
+
+@pytest.mark.unit
 def test_a_printed_figure_the_run_did_not_print_is_an_error_at_its_pattern() -> None:
     calc = lab_with(PRINTED).calculators[0]
     _, problems = check_calculator(calc, {"cases": []}, stdout="no such line")
@@ -457,7 +465,7 @@ def test_requirements_are_checked_at_every_listed_case_and_named_on_the_page() -
     assert problems_of(broken) == ["labs/lab-01-calc.yml:28:16: error: requires: 'heads % 2 == 0' does not hold at preset 'Wide'"]
     assert problems_of(text.replace("heads % 2 == 0", "heads % 2")) == ["labs/lab-01-calc.yml:28:16: error: requires: expected a condition (a comparison such as `batch > 1`)"]
     script = calculators_script([check_calculator(calc, None)[0]])
-    assert "holds: [(v) => (X.mod(v['heads'], 2) === 0)]" in script and '"requires":["Heads come in pairs."]' in script
+    assert "holds: [(v) => (X.mod(v['heads'], 2) === 0)]" in script and '\\"requires\\":[\\"Heads come in pairs.\\"]' in script
 
 
 @pytest.mark.unit

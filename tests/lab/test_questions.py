@@ -221,3 +221,42 @@ def test_a_pattern_the_run_no_longer_matches_fails_check_and_build_at_its_line(s
     assert checked.returncode == 1
     assert "code/lab-01-q/kv.py  failed" in checked.stdout and "(stored result)" in checked.stdout  # not run again
     assert line.replace("error: ", "error: code/lab-01-q/kv.py: ") in checked.stderr
+
+
+def recorded_state(entry: dict) -> str:
+    return json.dumps({"version": 1, "lines": {"6": entry}, "calls": {}})
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("entry", "value"),
+    [
+        ({"count": 3, "exact": True, "samples": [{"n": 1, "values": {"per_layer": "8"}}, {"n": 3, "values": {"per_layer": "32"}}]}, 32.0),
+        ({"count": 9728, "exact": False, "samples": [{"n": 1, "values": {"per_layer": "8"}}, {"n": 9728, "at": "return", "values": {"per_layer": "32"}}]}, 32.0),
+        ({"count": 1, "calls": 2, "samples": [{"n": 1, "call": 2, "values": {"per_layer": "32"}}]}, 32.0),
+    ],
+)
+def test_a_recorded_answer_is_the_lines_final_value(entry: dict, value: float) -> None:
+    answered, problems = answered_questions(lab(), run(OUTPUT, state=recorded_state(entry)), BLOCKS)
+    assert problems == [] and answered[3].figure.value == value
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        # The tracer stopped inside a long loop: its last sample is where it stopped, not the run's end.
+        ({"count": 9728, "exact": False, "samples": [{"n": 1, "values": {"per_layer": "1"}}, {"n": 9728, "values": {"per_layer": "49,985,001"}}]}, "only before tracing stopped (its line ran ≥ 9,728 times)"),
+        ({"count": 40, "exact": True, "samples": [{"n": 1, "values": {"per_layer": "1"}}, {"n": 39, "values": {"per_layer": "8"}}]}, "only on run 39 of 40"),
+        ({"count": 1, "calls": 3, "samples": [{"n": 1, "call": 2, "values": {"per_layer": "8"}}]}, "only in call 2 of 3"),
+    ],
+)
+def test_a_recorded_answer_taken_before_the_lines_last_run_is_an_error(entry: dict, why: str) -> None:
+    answered, problems = answered_questions(lab(), run(OUTPUT, state=recorded_state(entry)), BLOCKS)
+    assert answered[3].figure is None
+    assert [str(p) for p in problems] == [
+        (
+            f"{MANIFEST}:57:42: error: question 'per-layer': the checked run recorded 'per_layer' on line 6 {why}, so its final value is unknown; "
+            "ask about a line that runs once after the loop, or take the answer from what the run printed"
+        )
+    ]

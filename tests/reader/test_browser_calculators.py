@@ -13,6 +13,7 @@ import math
 import pytest
 from conftest import (
     REPO,
+    TESTS,
     axe_violations,
     calculator_labs,
     checked_and_served,
@@ -385,4 +386,64 @@ def test_the_roofline_follows_the_theme_and_reads_at_375_px(roofline_tabs) -> No
     assert image.bounding_box()["width"] >= 300  # the figure keeps no 40px sides
     svg = image.page.context.request.get(image.evaluate("img => img.src")).text()
     assert "light-dark(#fbfaf7,#14171b)" in svg and "svg:root{color-scheme:light dark}" in svg
+    assert tab.errors == []
+
+
+# --- Names a plain object would take for its own, and a mangled link ---------------------------
+
+HOSTILE = {  # an input named __proto__, preset groups named as Object.prototype's methods
+    "{name: heads, label: Heads,": "{name: __proto__, label: Heads,",
+    "{label: Wide, values: {heads: 8}}": "{label: Wide, values: {__proto__: 8}, group: constructor}\n      - {label: Narrow, values: {__proto__: 2}, group: constructor}",
+    "{label: Full, values: {dtype: fp32, layers: 3}}": "{label: Full, values: {dtype: fp32}, group: toString}\n      - {label: Deep, values: {layers: 3}, group: valueOf}",
+    "kv_bytes(1, heads, dtype)": "kv_bytes(1, __proto__, dtype)",
+    "expr: 2 * heads * dtype": "expr: 2 * __proto__ * dtype",
+    "heads=heads": "heads=__proto__",
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_tabs(chromium, tmp_path_factory: pytest.TempPathFactory):
+    """tests/sites/calculator with the names of HOSTILE, checked, built and served."""
+    import shutil
+
+    site = tmp_path_factory.mktemp("hostile") / "site"
+    shutil.copytree(TESTS / "sites" / "calculator", site, ignore=shutil.ignore_patterns(".infralens", "output"))
+    manifest = site / "labs/lab-01-calc.yml"
+    text = manifest.read_text()
+    for old, new in HOSTILE.items():
+        assert old in text
+        text = text.replace(old, new)
+    manifest.write_text(text)
+    env = {"INFRALENS_CACHE_DIR": str(site / ".infralens")}
+    checked = run_infralens("check", cwd=site, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    built = run_infralens("build", "--out", "out", cwd=site, env=env)
+    assert built.returncode == 0, built.stderr
+    with served(site / "out") as url, tabs_on(chromium, url) as open_one:
+        yield open_one
+
+
+def test_an_input_named_proto_and_groups_named_as_object_methods_work(hostile_tabs) -> None:
+    tab = hostile_tabs()
+    page = started(tab)
+    assert page.locator(".calc-group").all_inner_texts() == ["constructor", "toString", "valueOf"]
+    assert result(page, "total") == "32 B"
+    page.fill("#calc-kv-__proto__", "8")
+    assert result(page, "per_layer") == "32" and result(page, "total") == "64 B"
+    assert page.get_attribute("[data-preset='1']", "aria-pressed") == "true"  # Wide: __proto__ 8
+    page.get_by_role("button", name="Narrow").click()
+    assert page.input_value("#calc-kv-__proto__") == "2" and result(page, "total") == "16 B"
+    page.get_by_role("button", name="Full").click()
+    assert page.input_value("#calc-kv-dtype") == "fp32" and page.input_value("#calc-kv-__proto__") == "2"  # the group sets dtype only
+    assert result(page, "total") == "32 B"
+    assert page.locator(".calc-share a").get_attribute("href") == "#calc-kv?__proto__=2&dtype=fp32"
+    assert page.locator(".calc-status").inner_text() == "" and tab.errors == []
+
+
+def test_a_link_with_a_mangled_parameter_ignores_it_and_computes(tabs) -> None:
+    tab = tabs()
+    page = tab.goto(PAGE + "#calc-kv?layers=%E0%A4&heads=16")
+    page.wait_for_function("document.querySelector('[data-calc]').dataset.ready")
+    assert page.input_value("#calc-kv-heads") == "16" and page.input_value("#calc-kv-layers") == "2"  # the bad one left at its default
+    assert result(page, "total") == "128 B"
     assert tab.errors == []
