@@ -67,7 +67,7 @@ RUN_ID = f"{os.getpid():x}"
 KEEP = bool(os.environ.get("INFRALENS_ATTACK_KEEP"))
 """Keep each case's folder (under /var/tmp/infralens-attack-*/) to look at afterwards."""
 
-CLASSES = ["names", "dataloss", "runaway", "amplification", "yaml", "serve", "new", "markup"]
+CLASSES = ["names", "dataloss", "runaway", "amplification", "yaml", "serve", "new", "markup", "records"]
 
 # ------------------------------------------------------------------------------------------------
 # containment: mount namespace, cgroups, rlimits, capabilities (prepared in the parent, applied in
@@ -2889,6 +2889,134 @@ def _(ctx: Ctx) -> str:
         raise Fail("the SVG artifact was published")
     expect_safe_site(site / "output")
     return "the run failed and nothing was published"
+
+
+# ================================================================================================
+# class 9: a results folder from a stranger's CI job, and what a run leaves in the store
+
+
+def checked_results(ctx: Ctx, artifacts: bool = True) -> tuple[Path, Path]:
+    """A one-lab site checked into a results folder; returns (site, the record's result.json)."""
+    code = 'open("out.txt", "w").write("fine")\nprint("ok")\n' if artifacts else 'print("ok")\n'
+    run = "{expect: ['ok'], artifacts: [out.txt]}" if artifacts else "{expect: ['ok']}"
+    site = ctx.site({"lab-01-x": (mini_lab(1, "lab-01-x", run=run), {"code/lab-01-x/main.py": code})})
+    results = ctx.dir / "results"
+    expect_success(ctx.il("check", "--results-dir", str(results), cwd=site), "check --results-dir")
+    record = next((results / "runs").glob("*/result.json"))
+    return site, record
+
+
+def merge_refused(ctx: Ctx, site: Path, what: str) -> Res:
+    """Merge the tampered results folder into a fresh cache: refused cleanly, and the build over
+    that cache publishes nothing the record named."""
+    cache = ctx.dir / "fresh-cache"
+    merged = ctx.il("results", "merge", str(ctx.dir / "results"), "--cache-dir", str(cache), cwd=site)
+    expect_no_crash(merged, f"merge of {what}")
+    if merged.rc != 1:
+        raise Fail(f"merge accepted {what} {merged.brief()}")
+    built = ctx.il("build", "--cache-dir", str(cache), cwd=site)
+    expect_no_crash(built, "build after the refused merge")
+    return merged
+
+
+def tamper(record: Path, **fields) -> None:
+    data = json.loads(record.read_text())
+    data.update(fields)
+    record.write_text(json.dumps(data))
+
+
+for label, name in [("an absolute path", "/proc/self/environ"), ("a parent path", "../../../escaped.txt"), ("a sub-folder", "sub/x.txt")]:
+    def _artifact_case(ctx: Ctx, name=name, label=label) -> str:
+        site, record = checked_results(ctx)
+        tamper(record, artifacts=[name])
+        merge_refused(ctx, site, f"an artifact named by {label}")
+        leaked = [p for p in (site / "output").rglob("*") if p.is_file() and ("ATTACK_TAG" in p.read_text(errors="replace") or p.name in ("environ", "escaped.txt"))]
+        if leaked or (ctx.dir / "escaped.txt").exists():
+            raise Fail(f"the merged record's artifact was published: {leaked[:1] or 'escaped.txt'}")
+        return "refused, nothing published"
+    add("records", f"merged record names {label} as its artifact", _artifact_case, quick=label == "an absolute path", cost=6)
+
+
+@case("records", "merged record ships its artifact as a symlink to /proc/self/environ", cost=6)
+def _(ctx: Ctx) -> str:
+    site, record = checked_results(ctx)
+    (record.parent / "out.txt").unlink()
+    (record.parent / "out.txt").symlink_to("/proc/self/environ")
+    merge_refused(ctx, site, "a symlinked artifact")
+    if any("ATTACK_TAG" in p.read_text(errors="replace") for p in (site / "output").rglob("*.txt")):
+        raise Fail("the environment behind the symlink was published")
+    return "refused"
+
+
+@case("records", "merged record nested 200,000 deep", quick=True, cost=6)
+def _(ctx: Ctx) -> str:
+    site, record = checked_results(ctx, artifacts=False)
+    record.write_text("[" * 200_000 + "]" * 200_000)
+    merge_refused(ctx, site, "a deeply nested record")
+    return "refused"
+
+
+for label, fields in [("seconds 'fast'", {"seconds": "fast"}), ("seconds NaN", {"seconds": float("nan")}), ("finished 5", {"finished": 5}),
+                      ("state 5", {"state": 5}), ("a state line keyed 'x'", {"state": json.dumps({"version": 1, "truncated": False, "lines": {"x": {}}, "calls": {}})})]:
+    def _field_case(ctx: Ctx, fields=fields, label=label) -> str:
+        site, record = checked_results(ctx, artifacts=False)
+        tamper(record, **fields)
+        merge_refused(ctx, site, label)
+        shard = ctx.il("check", "--shard", "1/2", "--cache-dir", str(ctx.dir / "fresh-cache"), cwd=site)
+        expect_no_crash(shard, "check --shard over the refused merge")
+        return "refused"
+    add("records", f"merged record with {label}", _field_case, cost=6)
+
+
+@case("records", "merged record whose artifact is a 2 GiB sparse file", cost=8)
+def _(ctx: Ctx) -> str:
+    site, record = checked_results(ctx)
+    with open(record.parent / "out.txt", "wb") as handle:
+        handle.truncate(2 * GiB)
+    merge_refused(ctx, site, "a 2 GiB artifact")
+    big = [p for p in (ctx.dir / "fresh-cache").rglob("*") if p.is_file() and p.stat().st_size > 64 * MiB]
+    if big:
+        raise Fail(f"the 2 GiB artifact was copied into the store: {big[0]}")
+    return "refused, not copied"
+
+
+@case("records", "a printed: pattern that backtracks without end against the run's output", quick=True, cost=10)
+def _(ctx: Ctx) -> str:
+    code = 'print("a" * 40 + "!")\nx = 1\n'
+    extra = ("questions:\n  - id: q1\n    prompt: How many?\n    answer:\n      printed: '((a|aa)+$)'\n    explanation: It prints them.\n    blocks: [first]\n")
+    site = ctx.site({"lab-01-x": (mini_lab(1, "lab-01-x", run="{expect: ['a']}", extra=extra), {"code/lab-01-x/main.py": code})})
+    res = ctx.il("check", cwd=site, timeout=60)
+    expect_no_crash(res, "check")
+    bound(res, "check", secs=30)
+    if res.rc != 1 or "did not finish matching" not in res.out + res.err:
+        raise Fail(f"check did not refuse the pattern for its time {res.brief()}")
+    return f"refused in {res.secs:.1f}s"
+
+
+@case("records", "check killed outright mid-run leaves no starter, no run folder, and no staging folder after the next check", quick=True, cost=10)
+def _(ctx: Ctx) -> str:
+    site = runaway_site(ctx, 'print("ok", flush=True)\nlinger()\n', timeout=60)
+    proc = ctx.spawn_il("check", "--no-cache", cwd=site)
+    deadline = time.monotonic() + 20
+    while not list((ctx.dir / "tmp").glob("infralens-run-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    proc.send(signal.SIGKILL)
+    proc.wait(10, kill=False)
+    deadline = time.monotonic() + 5
+    while [p for p in (ctx.dir / "tmp").iterdir() if p.name.startswith("infralens-")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p.name for p in (ctx.dir / "tmp").iterdir() if p.name.startswith("infralens-")]
+    if left:
+        raise Fail(f"a run folder outlived the killed check: {left[0]}")
+    if wait_gone(ctx, 3.0):
+        raise Fail("a starter outlived the killed check")
+    (site / "code/lab-01-x/main.py").write_text('print("ok")\n')
+    expect_success(ctx.il("check", cwd=site), "the next check")
+    staged = [p.name for p in (ctx.dir / "cache" / "runs").iterdir() if ".new-" in p.name]
+    if staged:
+        raise Fail(f"the killed check's staging folder is still in the store: {staged[0]}")
+    return "nothing left"
 
 
 # ================================================================================================

@@ -5,7 +5,7 @@ memory limit, a private /tmp and, where the machine allows, a process cgroup, an
 exit status, the shape of its error lines, the bytes of output/ and the processes it leaves. Left
 out of the default run (`-m hostile` runs it; `-n 2` two at a time; `-m "hostile and quick"` the
 quick subset; `-k CLASS` one class: names, dataloss, runaway, amplification, yaml, serve, new,
-markup).
+markup, records).
 """
 
 from __future__ import annotations
