@@ -171,6 +171,17 @@ def identifier_like(name: str) -> bool:
     )
 
 
+class KeptIfWritable(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept on disk while the cache folder can take them: a full or read-only
+    cache costs a build the compiling again, never the build (as the workspace's own caches)."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 class Renderer:
     """Holds the template environment and the Markdown parser of one process."""
 
@@ -181,7 +192,7 @@ class Renderer:
             loader=jinja2.FileSystemLoader([str(folder) for folder in folders]),
             # Compiled templates kept on disk, keyed by each template's source: a one-shot build
             # spends more time compiling the templates than rendering with them.
-            bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)) if compiled else None,
+            bytecode_cache=KeptIfWritable(str(compiled)) if compiled else None,
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,

@@ -406,12 +406,15 @@ class Workspace:
             raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder: {blocking} is a file, not a folder")])
         try:
             parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder: {exc.strerror}")]) from None
+        try:
             locks = self.cache / "locks"
             locks.mkdir(parents=True, exist_ok=True)
             # In the cache, not beside output/: the folder that holds output/ keeps nothing of ours.
             handle = open(locks / f"{self.output_state_key()}.lock", "a+b")
         except OSError as exc:
-            raise InputError([Problem(Mark(str(self.out)), f"cannot write the output folder or the cache: {exc.strerror}")]) from None
+            raise InputError([Problem(Mark(str(self.cache)), f"cannot write the cache, where builds of one output folder take turns: {exc.strerror}")]) from None
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:

@@ -257,3 +257,23 @@ def test_check_on_a_read_only_or_full_cache_says_so_in_one_line(sample_site: Pat
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     reason = "Read-only file system" if cache == "read-only" else "No space left on device"
     assert f"{folder}/runs: error: cannot store run results: {reason}\n" in result.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.skipif(not unshare_available(), reason="needs a user and mount namespace (unshare -rm) to mount a small tmpfs")
+@pytest.mark.parametrize("cache", ["read-only", "full"])
+def test_build_on_a_full_cache_still_builds_and_on_a_read_only_one_names_the_cache(sample_site: Path, tmp_path: Path, cache: str) -> None:
+    # The build's caches (parsed inputs, compiled templates) only save time: a full cache costs
+    # the time, not the build. It used to fail it as "output: cannot write the site", naming the
+    # wrong folder (Jinja's bytecode cache raised on its write). A read-only cache cannot hold the
+    # lock builds of one output folder take turns under: an error that names the cache.
+    folder, out = tmp_path / "cache", tmp_path / "out"
+    folder.mkdir()
+    fill = f"dd if=/dev/zero of={folder}/fill bs=1k count=200 2>/dev/null; " if cache == "full" else f"mount -o remount,ro {folder}; "
+    script = f"mount -t tmpfs -o size=128k tmpfs {folder} && {fill}exec {sys.executable} -m infralens build --cache-dir {folder} --out {out}"
+    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=sample_site, capture_output=True, text=True, timeout=300)
+    if cache == "read-only":
+        assert result.returncode == 1 and result.stderr == f"{folder}:1:1: error: cannot write the cache, where builds of one output folder take turns: Read-only file system\n1 error\n"
+        return
+    assert result.returncode == 0, result.stderr
+    assert (out / "labs/lab-01-sample/index.html").is_file()
