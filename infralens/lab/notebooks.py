@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from infralens.errors import Problem
+from infralens.errors import Note, Problem
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
@@ -177,8 +177,17 @@ NAME = "notebooks"
 
 
 def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
-    """None: any Python starter can be a notebook (one that cannot be cut into cells has none)."""
-    return []
+    """A starter listed where another starter's notebook is published: one file would replace the other."""
+    by_path = {starter.path: starter for starter in lab.starters}
+    return [
+        Problem(
+            by_path[notebook_path(starter.path)].mark,
+            f"starter {notebook_path(starter.path)!r} has the path of the notebook generated from {starter.path!r}; rename one of them",
+            (Note(starter.mark, f"{starter.path!r} is listed here; its notebook is published beside it"),),
+        )
+        for starter in lab.starters
+        if has_notebook(starter) and notebook_path(starter.path) in by_path
+    ]
 
 
 def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:
