@@ -203,6 +203,8 @@ def summarize(results: list) -> int:
     failed = [r for r in results if not r.passed and not r.skipped]
     for result in failed:
         click.echo(f"\n{result.mark}: error: {result.name}: {result.reason}", err=True)
+        for mark, reason in result.also:
+            click.echo(f"{mark}: error: {result.name}: {reason}", err=True)
         tail = result.tail()
         if tail:  # escaped: a starter's output must not send commands to the terminal (ESC sequences)
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)

@@ -40,7 +40,7 @@ def results_junit(results: list[RunResult]) -> str:
         if result.skipped:
             ET.SubElement(case, "skipped", message=result.reason)
         elif not result.passed:
-            failure = ET.SubElement(case, "failure", message=f"{result.mark}: {result.reason}", type=result.status)
+            failure = ET.SubElement(case, "failure", message="\n".join(f"{mark}: {reason}" for mark, reason in ((result.mark, result.reason), *result.also)), type=result.status)
             failure.text = result.tail()
         ET.SubElement(case, "system-out").text = result.stdout
     ET.indent(suite)

@@ -99,7 +99,8 @@ def expect_found(pattern: str, output: str, seconds: float = EXPECT_SECONDS) -> 
 
 def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list[RunResult]:
     """Fail the lab's last run when its page states a figure that none of its runs printed and no
-    line of its excerpt was recorded holding."""
+    line of its excerpt was recorded holding: the first such figure is its reason, each other one
+    a failure of its own place in `also`."""
 
     made = [index for index, result in enumerate(results) if not result.skipped]
     if not made:
@@ -109,10 +110,9 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     last = made[-1]
     if not missing or not results[last].passed:
         return results
-    line, col = figure_line(manifest_text, missing[0])
-    more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
-    reason = f"the page states {missing[0]} but no starter of the lab prints it or records it on a line{more}"
-    failed = replace(results[last], status="failed", reason=reason, mark=Mark(lab.path, line, col))
+    found = [(Mark(lab.path, *figure_line(manifest_text, figure)), f"the page states {figure} but no starter of the lab prints it or records it on a line") for figure in missing]
+    (mark, reason), *also = found
+    failed = replace(results[last], status="failed", reason=reason, mark=mark, also=tuple(also))
     return [*results[:last], failed, *results[last + 1 :]]
 
 

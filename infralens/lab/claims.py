@@ -5,6 +5,8 @@ written with a thousands separator or a decimal point (6,738,415,616; 13.48; 2.4
 a run produces and a hand can paste wrong. Small integers, years and URLs are left alone.
 Numbers inside `$…$` math count like any other, with TeX's `{,}` separator read as a comma
 (`6{,}738` states 6,738); exponents, subscripts and commands (`10^{9}`, `\sqrt{d_k}`) state none.
+A number in inline code (`` `NCCL 2.4` ``, `` `--lr 0.001` ``) is a name or a command, not a
+result: it states no figure. Further-reading titles and URLs are not prose, so none of theirs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from infralens.model.schema import Prose
 
 _TEX_COMMA = "{,}"
 """How TeX math writes a thousands separator: `6{,}738`."""
+_CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+"""Markdown inline code: a run of backticks, text, the same run."""
 _URL = re.compile(r"\]\([^)]*\)|https?://\S+")
 _FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w]|[.,]\d)|(?<![\w.,])\d+\.\d+(?![\w]|[.,]\d)")
 
@@ -30,7 +34,7 @@ def stated_figures(lab: Lab) -> list[str]:
     """Return the figures the page states, each once, in order of appearance."""
     seen: dict[str, None] = {}
     for text in prose(lab):
-        for figure in _FIGURE.findall(_URL.sub(" ", text.replace(_TEX_COMMA, ","))):
+        for figure in _FIGURE.findall(_URL.sub(" ", _CODE_SPAN.sub(" ", text).replace(_TEX_COMMA, ","))):
             seen.setdefault(figure, None)
     return list(seen)
 

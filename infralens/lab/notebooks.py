@@ -14,15 +14,15 @@ The starter file stays the source of truth: a notebook is generated with every b
 from __future__ import annotations
 
 import ast
-import textwrap
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from infralens.errors import Problem
+from infralens.errors import Note, Problem
 from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
 from infralens.model.starter import Starter
+from infralens.text.regions import region_markers
 from infralens.text.source import SourceFile
 
 
@@ -99,19 +99,31 @@ def needs_its_file(tree: ast.Module) -> bool:
     return False
 
 
-def _code(lines: list[str], piece: Piece, script: str) -> str:
-    chunk = "\n".join(lines[piece.first - 1 : piece.last])
-    if piece.main:
-        # A notebook's kernel has arguments of its own: run with none, as `python script` does.
-        chunk = f"import sys\nsys.argv = [{script!r}]  # the defaults, as `python {script}` runs\n\n" + textwrap.dedent(chunk)
-    kept = [line for line in chunk.strip("\n").split("\n") if not _marker(line)]
-    return "\n".join(kept).strip("\n")
+def _code(lines: list[str], piece: Piece, script: str, hidden: set[int], inside_strings: set[int]) -> str:
+    """The cell's source: the piece's lines without region markers (for editors and the page, not
+    the notebook); the `__main__` body loses exactly the guard's indentation, except on the lines
+    inside a string, whose text is the string's own."""
+    numbers = [n for n in range(piece.first, piece.last + 1) if n not in hidden]
+    if not piece.main:
+        return "\n".join(lines[n - 1] for n in numbers).strip("\n")
+    first = lines[piece.first - 1]
+    indent = first[: len(first) - len(first.lstrip())]
+    body = "\n".join(
+        lines[n - 1] if n in inside_strings or not lines[n - 1].startswith(indent) else lines[n - 1][len(indent):]
+        for n in numbers
+    )
+    # A notebook's kernel has arguments of its own: run with none, as `python script` does.
+    return f"import sys\nsys.argv = [{script!r}]  # the defaults, as `python {script}` runs\n\n" + body.strip("\n")
 
 
-def _marker(line: str) -> bool:
-    """A `# region NAME` / `# endregion` line: for editors and the page, not for the notebook."""
-    stripped = line.strip()
-    return stripped == "# endregion" or stripped.startswith("# region ")
+def _string_continuations(tree: ast.Module) -> set[int]:
+    """The lines that continue a string begun on an earlier line: its text, not indentation."""
+    return {
+        number
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+        for number in range(node.lineno + 1, (node.end_lineno or node.lineno) + 1)
+    }
 
 
 def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...] = ()) -> str | None:
@@ -129,7 +141,10 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
     title = f"# Lab {lab.number:02d}: {lab.title}\n\n`{starter.path}`: {starter.role}"
     intro = f"{title}\n\n{docstring}\n\n*Generated from the starter by `infralens build`; the starter file is the source of truth. Run the cells in order.*"
     cells = [v4.new_markdown_cell(intro.replace("\n\n\n", "\n\n"))]
-    by_file = needs_its_file(ast.parse(text))
+    tree = ast.parse(text)
+    by_file = needs_its_file(tree)
+    hidden = {marker.line for marker in region_markers(starter.path, text)}
+    inside_strings = _string_continuations(tree)
     for piece in cut:
         for block in sorted((b for b in blocks if piece.first <= b.first <= piece.last), key=lambda b: b.first):
             where = f"line {block.first}" if block.first == block.last else f"lines {block.first}–{block.last}"
@@ -144,7 +159,7 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
                 f"import subprocess, sys\n\ndone = subprocess.run([sys.executable, {script!r}], capture_output=True, text=True)\n"
                 "print(done.stdout, end=\"\")\nprint(done.stderr, end=\"\", file=sys.stderr)\ndone.check_returncode()"))
             continue
-        code = _code(lines, piece, script)
+        code = _code(lines, piece, script, hidden, inside_strings)
         if code:
             cells.append(v4.new_code_cell(code))
     for number, cell in enumerate(cells, 1):
@@ -162,8 +177,17 @@ NAME = "notebooks"
 
 
 def manifest_problems(lab: Lab, excerpt: Excerpt, source: SourceFile) -> list[Problem]:
-    """None: any Python starter can be a notebook (one that cannot be cut into cells has none)."""
-    return []
+    """A starter listed where another starter's notebook is published: one file would replace the other."""
+    by_path = {starter.path: starter for starter in lab.starters}
+    return [
+        Problem(
+            by_path[notebook_path(starter.path)].mark,
+            f"starter {notebook_path(starter.path)!r} has the path of the notebook generated from {starter.path!r}; rename one of them",
+            (Note(starter.mark, f"{starter.path!r} is listed here; its notebook is published beside it"),),
+        )
+        for starter in lab.starters
+        if has_notebook(starter) and notebook_path(starter.path) in by_path
+    ]
 
 
 def run_problems(lab: Lab, runs: dict[str, RunResult], excerpt: Excerpt | None) -> dict[str, list[Problem]]:

@@ -18,15 +18,8 @@ from infralens.model.schema import parse_range
 from infralens.model.starter import KeyBlockSpec, Selector
 from infralens.text.highlight import source_file
 from infralens.text.markdown import outline
+from infralens.text.regions import region_markers
 from infralens.text.source import SourceFile, SourceLine
-
-# Region markers editors fold: `# region NAME` / `# endregion` (also `// region`, `<!-- region NAME -->`).
-_MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
-
-
-def is_marker(text: str) -> bool:
-    """Say whether a line is a region marker, which pages never show."""
-    return _MARKER.match(text) is not None
 
 
 def select_lines(source: SourceFile, selector: Selector, problems: Problems) -> tuple[int, int] | None:
@@ -43,20 +36,16 @@ def _region(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Prob
     stack: list[tuple[str, int]] = []
     spans: list[tuple[int, int]] = []
     names: list[str] = []
-    for line in source.lines:
-        match = _MARKER.match(line.text)
-        if not match:
-            continue
-        if match.group("end"):
+    for marker in region_markers(source.path, source.text):
+        if marker.end:
             if not stack:
-                return Problem(mark, f"'# endregion' without a matching '# region' in {source.path}", (Note(Mark(source.path, line.number), "this '# endregion' closes no region"),))
+                return Problem(mark, f"'# endregion' without a matching '# region' in {source.path}", (Note(Mark(source.path, marker.line), "this '# endregion' closes no region"),))
             opened, start = stack.pop()
             if opened == name:
-                spans.append((start + 1, line.number - 1))
+                spans.append((start + 1, marker.line - 1))
         else:
-            opened = (match.group("name") or "").strip()
-            stack.append((opened, line.number))
-            names.append(opened)
+            stack.append((marker.name, marker.line))
+            names.append(marker.name)
     if stack:
         opened, start = stack[-1]
         return Problem(mark, f"region {opened!r} is never closed with '# endregion'", (Note(Mark(source.path, start), f"region {opened!r} opens here"),))
@@ -115,7 +104,8 @@ def _heading(source: SourceFile, title: str, mark: Mark) -> tuple[int, int] | Pr
 
 def cut_excerpt(source: SourceFile, first: int, last: int) -> tuple[SourceLine, ...]:
     """Return lines first..last without marker lines and without blank lines at either end."""
-    lines = [line for line in source.lines[first - 1 : last] if not is_marker(line.text)]
+    hidden = {marker.line for marker in region_markers(source.path, source.text)}
+    lines = [line for line in source.lines[first - 1 : last] if line.number not in hidden]
     while lines and not lines[0].text.strip():
         lines.pop(0)
     while lines and not lines[-1].text.strip():

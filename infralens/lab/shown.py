@@ -123,6 +123,10 @@ def singular(unit: str) -> str:
 SI = ("", "k", "M", "G", "T", "P", "E")
 
 
+SI_BELOW_ONE = ("m", "µ", "n")
+"""Prefixes of `si` values below 1, by powers of 1/1000: 0.0125 s shows as 12.5 ms."""
+
+
 IEC = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
@@ -132,6 +136,17 @@ def scaled(value: Numeric, base: int, prefixes: tuple[str, ...], digits: int = 3
     while index < len(prefixes) - 1 and size >= base ** (index + 1):
         index += 1
     return significant(value / base**index, digits), prefixes[index]
+
+
+def scaled_si(value: Numeric, digits: int = 3) -> tuple[str, str]:
+    """An `si` value and its prefix: up by thousands as `scaled`, and below 1 down to nano
+    (multiplied by 1000**n, as the page's script does, so both round alike)."""
+    size = abs(value)
+    if 0 < size < 1:
+        for power, prefix in enumerate(SI_BELOW_ONE, start=1):
+            if size * 1000**power >= 1 or power == len(SI_BELOW_ONE):
+                return significant(value * 1000**power, digits), prefix
+    return scaled(value, 1000, SI, digits)
 
 
 def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, ...] | None = None, digits: int = 3) -> str:
@@ -147,7 +162,7 @@ def show(value: Numeric, fmt: str, unit: str | None = None, labels: tuple[str, .
             return f"{number} {prefix}B ({grouped(fixed(value, 0))} B){after}"
         return f"{number} {prefix}B{after}"
     if fmt == "si":
-        number, prefix = scaled(value, 1000, SI, digits)
+        number, prefix = scaled_si(value, digits)
         return f"{number} {prefix}{unit or ''}".rstrip()
     if fmt == "ratio":
         return f"{significant(value, digits)}×{after}"

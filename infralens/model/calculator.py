@@ -153,7 +153,7 @@ class CalcOutput:
         "`estimate_memory(Config(num_layers=layers)).kv_cache_bytes`."
     ), required=True)
     unit: str | None = declared(Text("Text after the value, e.g. 'per token' (bytes formats write their own B)."))
-    format: Format = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + "."), default="number")
+    format: Format = declared(Choice(FORMATS, "How the value is shown (default `number`): " + ", ".join(FORMATS) + " (`si` puts a prefix before the unit: n, µ, m below 1, k, M, G, T, P, E above 1,000: 0.0125 with unit `s` shows as 12.5 ms)."), default="number")
     tolerance: Numeric = declared(Value(f"Relative gap allowed from the starter's value when either is not a whole number (default {DEFAULT_TOLERANCE:g})."), default=DEFAULT_TOLERANCE)
     labels: tuple[str, ...] | None = declared(ListOf(Text(), "With `format: label`: what the values 0, 1, ... read as, e.g. `[compute-bound, memory-bound]`.", min_items=2))
     digits: int = declared(Integer("Significant digits shown below 1,000 (default 3; 4.125 needs 4).", minimum=1), default=3)

@@ -71,11 +71,12 @@ def record(
         values = {names[key]: value for key, value in checked.values.items()}
         return model(**{**values, **extra})
 
-    return Record(name, fields, build, doc or _first_line(model.__doc__), exclusive)
+    return Record(name, fields, build, doc or _summary(model.__doc__), exclusive)
 
 
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().split("\n")[0]
+def _summary(text: str | None) -> str:
+    """A docstring's first paragraph as one line: its wrapped lines joined, never cut at the first."""
+    return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
 def texts(value: Any, wanted: Callable[[Spec, dict], bool]) -> Iterator[tuple[str, dict]]:

@@ -27,6 +27,9 @@ class RunResult:
     reason: str
     """Why it failed, in one line; empty when it passed."""
     mark: Mark
+    also: tuple[tuple[Mark, str], ...] = ()
+    """Further failures found with the run, each at its own place and reported on its own line
+    (the claims check: every figure after the first that no run backs)."""
     finished: str = ""
     """When the run ended, UTC, ISO 8601 to the second."""
     artifacts: tuple[str, ...] = ()

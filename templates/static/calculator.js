@@ -39,7 +39,7 @@ const X = (() => {
    infralens/lab/shown.py shows them in the table beside the form (tests/reader/test_browser_calculators.py). */
 const InfraLensCalc = (() => {
   const UNSHOWN = 1e21, TINY = 1e-6, GIVEN = 6;
-  const SI = ["", "k", "M", "G", "T", "P", "E"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+  const SI = ["", "k", "M", "G", "T", "P", "E"], SI_BELOW_ONE = ["m", "\u00b5", "n"], IEC = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
   const fixed = (v, decimals) => (v === 0 ? 0 : v).toFixed(decimals);  // exact, half away from zero
   const grouped = (digits) => {
     const sign = digits.startsWith("-") ? "-" : "";
@@ -62,6 +62,16 @@ const InfraLensCalc = (() => {
     let index = 0;
     while (index < prefixes.length - 1 && Math.abs(v) >= base ** (index + 1)) index += 1;
     return [significant(v / base ** index, digits), prefixes[index]];
+  };
+  /* An `si` value below 1 down to nano, multiplied by 1000 ** n as shown.scaled_si does. */
+  const scaledSi = (v, digits) => {
+    const size = Math.abs(v);
+    if (size > 0 && size < 1) {
+      for (let power = 1; power <= SI_BELOW_ONE.length; power += 1) {
+        if (size * 1000 ** power >= 1 || power === SI_BELOW_ONE.length) return [significant(v * 1000 ** power, digits), SI_BELOW_ONE[power - 1]];
+      }
+    }
+    return scaled(v, 1000, SI, digits);
   };
   /* A number as the manifest or a run gave it: whole in full, else 6 digits, never 3 (shown.exact). */
   const exact = (v) => {
@@ -91,7 +101,7 @@ const InfraLensCalc = (() => {
       if (prefix && Number.isInteger(v) && Math.abs(v) < UNSHOWN) return `${number} ${prefix}B (${exact(v)} B)${after}`;
       return `${number} ${prefix}B${after}`;
     }
-    if (format === "si") { const [number, prefix] = scaled(v, 1000, SI, digits); return `${number} ${prefix}${unit}`.trimEnd(); }
+    if (format === "si") { const [number, prefix] = scaledSi(v, digits); return `${number} ${prefix}${unit}`.trimEnd(); }
     if (format === "ratio") return significant(v, digits) + "×" + after;
     if (format === "percent") return significant(v * 100, digits) + "%" + after;
     return counted(significant(v, digits), unit);

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, lab_ids
+from conftest import REPO, TESTS, lab_ids, lab_of, run_infralens
 
+from infralens.build import load_project
 from infralens.model.lab import SECTIONS, sections_of
 
 
@@ -67,18 +69,39 @@ def test_excerpt_lines_equal_the_file_lines_at_the_shown_numbers(lab, real_site:
         assert "region" not in text.split("#")[-1] or "endregion" not in text  # markers are hidden
 
 
+def assert_every_note_names_and_marks_its_lines(page: str, lab) -> None:
+    """Each key block's note links to its first line and names its span, and those lines are marked.
+    A note on a walkthrough step of another file links to that file's rows, `#s2-L10` (the
+    lab's second starter): a line's id is its file's prefix and its number."""
+    notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#((?:s\d+-)?)L(\d+)" data-lines="(\d+)-(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.DOTALL)
+    assert len(notes) == len(lab.key_blocks)
+    shown = {(prefix, int(n)): cls for cls, prefix, n in re.findall(r'<span(?: class="([^"]*)")? id="?((?:s\d+-)?)L(\d+)"?', page)}
+    for slug, prefix, href, first, last, named_first, named_last in notes:
+        assert href == first == named_first and last == (named_last or named_first), slug
+        assert (prefix, int(first)) in shown, f"{slug}: #{prefix}L{first} is no row of the page"
+        for number in range(int(first), int(last) + 1):
+            if (prefix, number) in shown:  # a marker line inside a block is not shown
+                assert "bound" in shown[prefix, number].split(), f"line {prefix}{number} should be marked for {slug}"
+
+
 @pytest.mark.parametrize("lab", lab_ids(), indirect=True)
 @pytest.mark.cli
 def test_every_key_block_note_names_and_marks_its_lines(lab, real_site: Path) -> None:
-    page = (real_site / "labs" / lab.id / "index.html").read_text()
-    notes = re.findall(r'<li class="key-block" id="kb-([^"]+)">.*?<p class="kb-lines"><a href="#L(\d+)" data-lines="(\d+)-(\d+)">Lines? (\d+)(?:–(\d+))?</a>', page, re.S)
-    assert len(notes) == len(lab.key_blocks)
-    shown = {int(n): cls for cls, n in re.findall(r'<span(?: class="([^"]*)")? id="?L(\d+)"?', page)}
-    for slug, href, first, last, named_first, named_last in notes:
-        assert href == first == named_first and last == (named_last or named_first), slug
-        for number in range(int(first), int(last) + 1):
-            if number in shown:  # a marker line inside a block is not shown
-                assert "bound" in shown[number].split(), f"line {number} should be marked for {slug}"
+    assert_every_note_names_and_marks_its_lines((real_site / "labs" / lab.id / "index.html").read_text(), lab)
+
+
+@pytest.mark.cli
+def test_a_note_on_the_second_file_of_a_walkthrough_passes_the_same_check(tmp_path: Path) -> None:
+    """tests/sites/walkthrough: its note 'append' binds the third step, in cache.py, the lab's
+    second starter (`#s2-L10`). The check above once read only `#L…` links and rejected it."""
+    site = tmp_path / "site"
+    shutil.copytree(TESTS / "sites" / "walkthrough", site, ignore=shutil.ignore_patterns(".infralens", "output"))
+    result = run_infralens("build", "--out", str(tmp_path / "output"), cwd=site)
+    assert result.returncode == 0, result.stderr
+    lab = lab_of(load_project(site / "site.yml"), "lab-01-walk")
+    page = (tmp_path / "output" / "labs" / lab.id / "index.html").read_text()
+    assert '<a href="#s2-L10" data-lines="10-12">' in page  # the documented link form is what is tested
+    assert_every_note_names_and_marks_its_lines(page, lab)
 
 
 @pytest.mark.parametrize("lab", lab_ids(), indirect=True)

@@ -229,6 +229,12 @@ def test_without_answers_the_listed_cases_are_computed_but_not_verified() -> Non
     (1536.5, "bytes-iec", None, "1.5 KiB"),
     (312e12, "si", "FLOP/s", "312 TFLOP/s"),
     (2.039e12, "si", "B/s", "2.04 TB/s"),
+    (0.0125, "si", "s", "12.5 ms"),  # before: '0.0125 s', so a manifest multiplied by 1000 to show ms
+    (3.2e-5, "si", "s", "32 µs"),
+    (4.5e-9, "si", "s", "4.5 ns"),
+    (2e-13, "si", "s", "0.0002 ns"),  # nano is the smallest prefix
+    (-0.5, "si", "V", "-500 mV"),
+    (1, "si", "s", "1 s"),
     (0.026, "percent", None, "2.6%"),
     (153.0, "ratio", None, "153×"),
     (6_738_415_616, "int", "parameters", "6,738,415,616 parameters"),

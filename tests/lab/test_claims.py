@@ -58,3 +58,31 @@ def test_every_prose_field_is_read_including_topic_and_kind_line(sample_site: Pa
     ))
     lab = load_project(sample_site / "site.yml").labs[0]
     assert {"1,024", "0.25"} <= set(stated_figures(lab))
+
+
+@pytest.mark.unit
+def test_a_figure_in_inline_code_is_not_a_claim(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "note: K and V, so the **factor 2**.",
+        "note: 'Since `NCCL 2.4`, run ``torchrun --lr 0.001``; the page states 13.48.'",
+    ))
+    lab = load_project(sample_site / "site.yml").labs[0]
+    assert stated_figures(lab) == ["13.48"]  # before: ['2.4', '0.001', '13.48']
+
+
+@pytest.mark.cli
+def test_check_names_every_unbacked_figure_on_its_own_error_line(sample_site: Path) -> None:
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "checkpoints:\n  - The factor 2 is K plus V.",
+        "checkpoints:\n  - The factor 2 is K plus V, so 1,048,576 bytes,\n  - or 2,097,152 bytes,\n  - or 3.25 MiB.",
+    ))
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == "0 passed, 1 failed"
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [  # before: one line, '(and 2 more: 2,097,152, 3.25)'
+        f"labs/lab-01-sample.yml:{line}:{col}: error: code/lab-01-sample/kv.py: the page states {figure} but no starter of the lab prints it or records it on a line"
+        for line, col, figure in [(24, 34, "1,048,576"), (25, 8, "2,097,152"), (26, 8, "3.25")]
+    ]

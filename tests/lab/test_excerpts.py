@@ -86,6 +86,14 @@ def test_a_stray_endregion_and_a_syntax_error_point_at_their_line_of_the_starter
     assert problems == ["lab.yml:3:5: error: cannot parse s.py: invalid syntax\ns.py:2:7: note: invalid syntax"]
 
 
+def test_marker_text_inside_a_python_string_is_not_a_marker_but_a_comment_is() -> None:
+    text = 'def f():\n    # region core\n    s = """\n# endregion\n# region core\n"""\n    # endregion\n    return s\n'
+    assert select(text, "s.py", "region", "core") == ((3, 6), [])  # before: the string's lines closed and reopened it
+    lines = cut_excerpt(source_file("s.py", text), 1, 8)
+    assert [line.number for line in lines] == [1, 3, 4, 5, 6, 8]
+    assert select("<!-- region a -->\nx\n<!-- endregion -->\n", "n.md", "region", "a") == ((2, 2), [])
+
+
 def test_symbol_includes_decorators_and_nested_markers_are_hidden() -> None:
     found, _ = select(PY, "s.py", "symbol", "area")
     assert found == (9, 15)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -74,3 +75,45 @@ def test_a_labs_notebook_runs_top_to_bottom_and_prints_what_check_expects(lab_id
     assert expect, "a lab whose run expects nothing proves nothing here"
     missing = [pattern for pattern in expect if not re.search(pattern, printed, re.MULTILINE)]
     assert missing == []
+
+
+GUARDED = '''"""Doc."""
+import sys
+
+
+def f():
+    return 1
+
+
+if __name__ == "__main__":
+    text = """first
+second line at column 0
+"""
+    if len(sys.argv) > 5:
+        print("many")
+    else:
+        print(text, f())
+'''
+
+
+def code_cells(text: str, path: str = "code/x/probe.py") -> list[str]:
+    lab, starter = SimpleNamespace(number=1, title="T"), SimpleNamespace(path=path, role="r")  # all a notebook reads of them
+    book = nbformat.reads(notebook(lab, starter, text), as_version=4)
+    return [cell.source for cell in book.cells if cell.cell_type == "code"]
+
+
+@pytest.mark.unit
+def test_the_main_cell_loses_exactly_the_guards_indentation_and_compiles() -> None:
+    main = code_cells(GUARDED)[-1]
+    compile(main, "main-cell", "exec")  # an IndentationError before: a column-0 string line kept the body indented
+    assert '\ntext = """first\nsecond line at column 0\n"""\n' in main  # the string's own lines as they were
+    assert "\nelse:\n    print(text, f())" in main
+
+
+@pytest.mark.unit
+def test_a_region_marker_inside_a_string_stays_and_a_real_marker_goes() -> None:
+    text = 'def f():\n    # region core\n    s = """\n# region not-a-marker\n# endregion\n"""\n    # endregion\n    return s\n'
+    cell = code_cells(text)[-1]
+    compile(cell, "cell", "exec")
+    assert "# region core" not in cell and "    # endregion\n" not in cell
+    assert '"""\n# region not-a-marker\n# endregion\n"""' in cell

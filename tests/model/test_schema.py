@@ -57,3 +57,15 @@ def test_every_declared_field_is_in_the_schema_with_its_doc_and_nothing_else_is(
         assert set(schema["properties"]) == set(declared), model
         for key, doc in declared.items():
             assert schema["properties"][key].get("description", "") == doc, (model, key)
+
+
+@pytest.mark.unit
+def test_a_records_description_is_its_docstrings_whole_first_paragraph() -> None:
+    """The reference once cut `answer` mid-sentence: a record's doc was the first physical line of
+    its wrapped docstring."""
+    from infralens.model.declare import record
+    from infralens.model.question import NumericAnswer
+
+    whole = " ".join(NumericAnswer.__doc__.split("\n\n")[0].split())
+    assert record(NumericAnswer, "answer").doc == whole
+    assert whole.endswith("Exactly one of printed, recorded.")

@@ -234,6 +234,7 @@ def formatter(tabs):
         st.integers(min_value=-(10**22), max_value=10**22).map(float),
         st.floats(allow_nan=False, allow_infinity=False, min_value=-1e22, max_value=1e22),
         st.sampled_from([0.0005, 0.00099999, 0.001, 999.5, 999.95, 1023.5, 1024.0, 1048575.9, 0.125, 2.5, 1.005, -0.5]),
+        st.sampled_from([0.9995, 0.0125, 3.2e-5, 4.5e-9, 2e-13, -0.00099999, 1e-300]),  # `si` below 1: m, µ, n
     ),
     fmt=st.sampled_from(FORMATS),
     digits=st.integers(min_value=1, max_value=8),

@@ -1,0 +1,55 @@
+"""Region markers: the `# region NAME` / `# endregion` lines editors fold, found in a starter's text.
+
+Pure: a file's path and text → its marker lines, each with its region's name (or the end). In a
+Python file a marker is a comment the tokenizer finds alone on its line, never text inside a
+string, so a starter that prints or tests marker-like text keeps it; in other files (Markdown's
+`<!-- region x -->`, `// region` in C-like code) a marker is a whole line of that shape.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+
+_MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
+
+
+@dataclass(frozen=True)
+class RegionMarker:
+    """One marker line: where it is, and whether it opens (a region's name) or closes a region."""
+
+    line: int
+    """Its 1-based line number in the file."""
+    end: bool
+    """True for `# endregion`."""
+    name: str
+    """The region it opens ('' for an end, or an opening without a name)."""
+
+
+def region_markers(path: str, text: str) -> tuple[RegionMarker, ...]:
+    """Return the file's marker lines in order: comments alone on their line in Python, whole lines elsewhere."""
+    lines = text.split("\n")
+    numbers = _python_comment_lines(text) if path.endswith(".py") else None
+    if numbers is None:
+        numbers = range(1, len(lines) + 1)
+    found = []
+    for number in numbers:
+        match = _MARKER.match(lines[number - 1])
+        if match:
+            found.append(RegionMarker(number, bool(match.group("end")), (match.group("name") or "").strip() if not match.group("end") else ""))
+    return tuple(found)
+
+
+def _python_comment_lines(text: str) -> list[int] | None:
+    """The lines holding nothing but a comment, by Python's tokenizer; None if it cannot read the
+    text (then every line counts, as in other languages: the starter's own run reports the error)."""
+    try:
+        return [
+            token.start[0]
+            for token in tokenize.generate_tokens(io.StringIO(text).readline)
+            if token.type == tokenize.COMMENT and not token.line[: token.start[1]].strip()
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return None
