@@ -136,6 +136,7 @@ def check(
 
     def show(result: RunResult) -> None:
         said = "  (stored result)" if result.cached else f"  {result.reason}" if result.skipped else ""
+        said += f"  note: {one_line(result.note)}" if result.note else ""
         click.echo(f"{result.lab:<{lab_width}}  {result.name:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{said}")
 
     for path in (json_path, junit_path):

@@ -61,7 +61,7 @@ def run_starter(
     the timeout, every expect found, every declared artifact written. Artifacts are copied into
     `keep` when it is given; with a sandbox, the starter runs inside it (see sandbox.py). With
     `spans`, a starter that passed runs once more under the tracer, which records the execution
-    state of those lines (see `record_state`). The result names what `machine` it ran on. `text`
+    state of those lines (see `traced_state`). The result names what `machine` it ran on. `text`
     is the starter as the workspace read it (a Markdown starter's python blocks are cut from it).
     """
     spec = run or starter.run
@@ -100,7 +100,7 @@ def run_starter(
         artifacts=written,
         sizes=sizes,
         traced=spans,
-        state=record_state(source, text, starter, spans, running, sandbox) if spans and status == "passed" else "",
+        **(traced_state(source, text, starter, spans, running, sandbox, printed=stdout.text()) if spans and status == "passed" else {}),
         device=spec.device,
         hardware=(machine or detect_machine()).hardware(spec.device),
     )
@@ -141,14 +141,32 @@ def skipped(lab: Lab, starter: Starter, run: RunSpec, why: str, machine: Machine
     )
 
 
-def record_state(source: Path, text: str, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None) -> str:
-    """Run a starter that passed once more, under the tracer, and return the execution state it
-    recorded for `spans` ("" when that run did not exit 0 in time).
+def traced_state(source: Path, text: str, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None, *, printed: str) -> dict[str, str]:
+    """Run a starter that passed once more, under the tracer, and return the RunResult fields it
+    gives: the execution state recorded for `spans` (none when that run did not exit 0 in time)
+    and, when that run printed otherwise than the plain run (`printed`), a note saying where.
 
     A run of its own, so the run the page shows and checks is never the traced one: tracing slows
-    the lines it watches and keeps their values alive a little longer, which a starter that times
-    a loop or measures peak memory would print.
+    the lines it watches, which a starter that times a loop prints. Such a state is still shown,
+    but marked ("printed": false) so that it backs no figure of the prose and no `recorded:`
+    answer: a starter that computes otherwise when traced (it looks at sys.gettrace(), or the
+    tracer changed it) must not have what only the traced run held taken for what it computes.
     """
+    state, output = record_state(source, text, starter, spans, running, sandbox)
+    if not state:
+        return {}
+    if output == printed:
+        return {"state": state}
+    ours, theirs = printed.splitlines(), output.splitlines()
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    plain, traced = (lines[at][:100] if at < len(lines) else "(nothing)" for lines in (ours, theirs))
+    note = f"its recorded state backs no figure: under the tracer it printed {traced!r} where it printed {plain!r} (line {at + 1} of its output)"
+    return {"state": json.dumps({**json.loads(state), "printed": False}, separators=(",", ":"), ensure_ascii=False), "note": note}
+
+
+def record_state(source: Path, text: str, starter: Starter, spans: Spans, running: Running | None, sandbox: Sandbox | None) -> tuple[str, str]:
+    """Run a starter that passed once more, under the tracer, and return the execution state it
+    recorded for `spans` ("" when that run did not exit 0 in time) and what that run printed."""
     assert starter.run is not None
     with run_folder("infralens-trace-") as scratch, run_folder("infralens-blocks-") as side:
         Path(side, "tmp").mkdir()
@@ -159,7 +177,7 @@ def record_state(source: Path, text: str, starter: Starter, spans: Spans, runnin
         Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
         traced = execute(command, scratch, side, starter.run.timeout, running, sandbox)
-        return read_state(state_file) if traced.returncode == 0 else ""
+        return (read_state(state_file), traced.stdout.text()) if traced.returncode == 0 else ("", "")
 
 
 def read_state(path: Path) -> str:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -82,75 +83,203 @@ ITEMS = 4
 def summarize(value, depth: int = 2) -> str:
     """Return a short, plain description of a value, the way a reader wants to see it on a line.
 
-    Always text a page can be written in: a lone surrogate (a value's repr or __format__ can give
-    one) is shown as its escape, `\\udc80`.
+    Runs none of the value's own code (see "Reading a value without running it" below): a
+    subclass of int, float or str is shown through its base type's methods, a container only when
+    its class reads as its base type does, any other object of the starter's as `<ClassName>`.
+    Always text a page can be written in: a lone surrogate is shown as its escape, `\\udc80`.
     """
     try:
         text = _summarize(value, depth)
     except Exception as error:  # a value that cannot describe itself must not stop the starter
-        text = f"<{type(value).__name__}: unreadable ({type(error).__name__})>"
+        text = f"<{class_name(type(value))}: unreadable ({class_name(type(error))})>"
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def number(value, digits: int = 6) -> str:
     """An int with separators, a float with 6 significant digits, as a starter would print them
     (elements of a tensor or array with 4, about as torch prints them)."""
-    if isinstance(value, bool) or value is None:
+    if type(value) is bool or value is None:
         return repr(value)
-    if isinstance(value, int):
+    if type(value) is int:
         return f"{value:,}"
-    if isinstance(value, float):
+    if type(value) is float:
         if math.isnan(value) or math.isinf(value):
             return repr(value)
         return f"{value:,.{digits}g}" if abs(value) >= 1e-4 or value == 0 else f"{value:.{digits}g}"
     return repr(value)
 
 
-def _summarize(value, depth: int) -> str:
-    if value is None or isinstance(value, (bool, int, float)):
-        return number(value)
-    if isinstance(value, complex):
-        return repr(value)
-    if isinstance(value, str):
-        limit = TEXT if depth >= 2 else TEXT // 3  # a string inside a container or dataclass: shorter
-        return repr(value) if len(value) <= limit else repr(value[:limit]) + f"… ({len(value):,} chars)"
-    if isinstance(value, (bytes, bytearray)):
-        return f"{type(value).__name__} of {len(value):,} bytes"
+# Reading a value without running it. The tracer runs in the starter's process, between its
+# lines: a method of the starter's classes run there (a property getter, __format__, __len__,
+# __iter__, __repr__, __getattribute__, even isinstance's look at __class__) could change what the
+# starter then computes and prints, or record what it never held. So a value is read through its
+# type alone: type() and issubclass on the real class, the C methods of the built-in base types,
+# and class dictionaries read as data.
+
+_TYPE_NAME = type.__dict__["__name__"]
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_DICT = type.__dict__["__dict__"]
+_MISSING = object()
+
+CONTAINER_READS = {
+    list: ("__iter__", "__len__", "__getitem__"),
+    tuple: ("__iter__", "__len__", "__getitem__"),
+    set: ("__iter__", "__len__"),
+    frozenset: ("__iter__", "__len__"),
+    dict: ("__iter__", "__len__", "__getitem__", "items", "keys", "values"),
+}
+"""What a reader of each built-in container uses: a subclass that defines one of these itself is
+not shown as a container (its own methods might say something else than its contents)."""
+TENSOR_READS = ("shape", "dtype", "device", "layout", "dim", "numel", "element_size", "is_contiguous", "is_quantized", "is_meta", "is_complex", "detach", "reshape", "tolist", "min", "max", "__getitem__")
+"""The tensor attributes _tensor reads: a tensor subclass must take them all from torch."""
+LIBRARIES = frozenset({"builtins", "collections", "torch", "numpy"})
+"""Packages whose classes' methods are no starter's code: an OrderedDict or a torch.Size reads as
+the container it is, a Parameter as a tensor."""
+
+
+def class_name(kind: type) -> str:
+    """A class's own name, read without its metaclass (which could compute one)."""
+    name = _TYPE_NAME.__get__(kind)
+    return name if type(name) is str else "object"
+
+
+def class_module(kind: type) -> str:
+    """The module a class says it comes from, read without its metaclass; "" when not a string."""
+    module = _TYPE_MODULE.__get__(kind)
+    return module if type(module) is str else ""
+
+
+def resolved(kind: type, name: str) -> tuple[object, type | None]:
+    """What `name` is on a class, found as the interpreter would (the first class of its MRO whose
+    dictionary has it), read as data; with the class that holds it (None when none does)."""
+    for owner in _TYPE_MRO.__get__(kind):
+        found = _TYPE_DICT.__get__(owner).get(name, _MISSING)
+        if found is not _MISSING:
+            return found, owner
+    return _MISSING, None
+
+
+def reads_as(kind: type, names: tuple[str, ...]) -> bool:
+    """Whether each of `names` on a class comes from a class of one of the LIBRARIES: reading the
+    value through them runs none of the starter's code."""
+    for name in names:
+        _, owner = resolved(kind, name)
+        if owner is not None and class_module(owner).split(".")[0] not in LIBRARIES:
+            return False
+    return True
+
+
+def static_attribute(value, name: str) -> tuple[bool, object]:
+    """What `value.name` holds, read without running code of the value's class: an entry of the
+    instance's own dictionary, a slot, a class attribute that is plain data or a function, a torch
+    module's parameter, buffer or submodule. A property (or any other descriptor) is not read:
+    (False, None)."""
     kind = type(value)
-    module = kind.__module__ or ""
+    if issubclass(kind, type):  # a class attribute: Config.layers
+        found, _ = resolved(value, name)
+        if found is _MISSING or (type(found) is not types.FunctionType and resolved(type(found), "__get__")[0] is not _MISSING):
+            return False, None
+        return True, found
+    on_class, _ = resolved(kind, name)
+    descriptor = type(on_class)
+    if descriptor is types.MemberDescriptorType:  # a __slots__ slot: read by C code
+        try:
+            return True, on_class.__get__(value, kind)
+        except AttributeError:
+            return False, None
+    if on_class is not _MISSING and (resolved(descriptor, "__set__")[0] is not _MISSING or resolved(descriptor, "__delete__")[0] is not _MISSING):
+        return False, None  # a data descriptor (a property): reading it runs its getter
+    own = resolved(kind, "__dict__")[0]
+    if type(own) is types.GetSetDescriptorType:
+        attributes = own.__get__(value, kind)
+        if type(attributes) is dict and name in attributes:
+            return True, attributes[name]
+    if on_class is not _MISSING:
+        if descriptor is types.FunctionType or resolved(descriptor, "__get__")[0] is _MISSING:
+            return True, on_class  # plain data, or a method (shown as its function)
+        return False, None
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):  # isinstance runs no torch function mode
-        return _tensor(value)
-    if module.startswith("numpy") and hasattr(value, "shape") and hasattr(value, "dtype"):
-        return _array(value)
-    if module.startswith("torch") and kind.__name__ == "dtype":
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if depth <= 0:
-            return f"{kind.__name__}(…)"
-        fields = dataclasses.fields(value)
-        shown = ", ".join(f"{f.name}={_summarize(getattr(value, f.name), depth - 1)}" for f in fields[:ITEMS * 2])
-        return f"{kind.__name__}({shown}{', …' if len(fields) > ITEMS * 2 else ''})"
-    if isinstance(value, (list, tuple, set, frozenset)):
-        if depth <= 0:
-            return f"{kind.__name__} of {len(value):,}"
-        ordered = list(value) if isinstance(value, (list, tuple)) else sorted(value, key=repr)
-        opening, closing = "[]" if isinstance(value, list) else "()" if isinstance(value, tuple) else "{}"
-        shown = ", ".join(_summarize(item, depth - 1) for item in ordered[:ITEMS])
-        more = f", … {len(value):,} items" if len(value) > ITEMS else ("," if isinstance(value, tuple) and len(value) == 1 else "")
-        return f"{opening}{shown}{more}{closing}"
-    if isinstance(value, dict):
-        if depth <= 0:
-            return f"dict of {len(value):,}"
-        shown = ", ".join(f"{_summarize(k, 0)}: {_summarize(v, depth - 1)}" for k, v in list(value.items())[:ITEMS])
-        return "{" + shown + (f", … {len(value):,} items" if len(value) > ITEMS else "") + "}"
-    if isinstance(value, range):
+    module = getattr(getattr(torch, "nn", None), "Module", None)
+    if module is not None and issubclass(kind, module) and resolved(kind, "__getattr__")[0] is resolved(module, "__getattr__")[0]:
+        for group in ("_parameters", "_buffers", "_modules"):  # where nn.Module.__getattr__ looks
+            found, held = static_attribute(value, group)
+            if found and type(held) is dict and name in held:
+                return True, held[name]
+    return False, None
+
+
+def _summarize(value, depth: int) -> str:
+    kind = type(value)
+    if value is None or kind is bool:
         return repr(value)
-    if isinstance(value, type):
-        return f"class {value.__name__}"
-    if callable(value) and hasattr(value, "__name__"):
-        return f"{kind.__name__} {value.__name__}"
-    return f"<{kind.__name__}>"
+    if issubclass(kind, int):
+        return number(int.__int__(value))
+    if issubclass(kind, float):
+        return number(float.__float__(value))
+    if issubclass(kind, complex):
+        return complex.__repr__(value)
+    if issubclass(kind, str):
+        text = str.__str__(value)
+        limit = TEXT if depth >= 2 else TEXT // 3  # a string inside a container or dataclass: shorter
+        return repr(text) if len(text) <= limit else repr(text[:limit]) + f"… ({len(text):,} chars)"
+    for base in (bytes, bytearray):
+        if issubclass(kind, base):
+            return f"{class_name(kind)} of {base.__len__(value):,} bytes"
+    name, module = class_name(kind), class_module(kind)
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(kind, torch.Tensor):
+        if not reads_as(kind, TENSOR_READS):
+            return f"<{name}>"
+        return _tensor(value)
+    if module.split(".")[0] == "numpy" and resolved(kind, "shape")[1] is not None and resolved(kind, "dtype")[1] is not None:
+        return _array(value)
+    if module.split(".")[0] == "torch" and name == "dtype":
+        return str(value)
+    if issubclass(kind, type):
+        return f"class {class_name(value)}"
+    fields = resolved(kind, "__dataclass_fields__")[0]
+    if type(fields) is dict:
+        if depth <= 0:
+            return f"{name}(…)"
+        shown = []
+        for field in [f for f in fields.values() if type(f) is dataclasses.Field and f._field_type is dataclasses._FIELD][:ITEMS * 2 + 1]:
+            found, held = static_attribute(value, field.name)
+            shown.append(f"{field.name}={_summarize(held, depth - 1) if found else '…'}")
+        more = len(shown) > ITEMS * 2
+        return f"{name}({', '.join(shown[:ITEMS * 2])}{', …' if more else ''})"
+    for base, names in CONTAINER_READS.items():
+        if issubclass(kind, base):
+            if not reads_as(kind, names):
+                return f"<{name}>"
+            return _container(value, base, depth)
+    if kind is range:
+        return repr(value)
+    if kind is types.FunctionType or kind is types.BuiltinFunctionType:
+        return f"{name} {value.__name__}"
+    if kind is types.MethodType:
+        function = value.__func__
+        return f"{name} {function.__name__}" if type(function) in (types.FunctionType, types.BuiltinFunctionType) else name
+    return f"<{name}>"
+
+
+def _container(value, base: type, depth: int) -> str:
+    """A list, tuple, set, frozenset or dict (or a subclass that reads as one), read by `base`'s own methods."""
+    size = base.__len__(value)
+    label = class_name(type(value))
+    if depth <= 0:
+        return f"{label} of {size:,}"
+    if base is dict:
+        pairs = itertools.islice(dict.items(value), ITEMS)
+        shown = ", ".join(f"{_summarize(k, 0)}: {_summarize(v, depth - 1)}" for k, v in pairs)
+        return "{" + shown + (f", … {size:,} items" if size > ITEMS else "") + "}"
+    if base in (list, tuple):
+        shown = ", ".join(_summarize(item, depth - 1) for item in itertools.islice(base.__iter__(value), ITEMS))
+    else:  # a set has no order of its own: its items sorted as they are shown
+        shown = ", ".join(sorted(_summarize(item, depth - 1) for item in base.__iter__(value))[:ITEMS])
+    opening, closing = "[]" if base is list else "()" if base is tuple else "{}"
+    more = f", … {size:,} items" if size > ITEMS else ("," if base is tuple and size == 1 else "")
+    return f"{opening}{shown}{more}{closing}"
 
 
 VALUES = 3
@@ -351,7 +480,7 @@ def statement_loops(source: str) -> tuple[dict[int, tuple[int, int]], dict[int, 
 
 def inert(value) -> bool:
     """Whether a value says nothing as what a call was handed: a module, a function or a class."""
-    return isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+    return issubclass(type(value), (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))  # not isinstance: it may ask the value for __class__
 
 
 # ---------------------------------------------------------------- the tracer
@@ -844,7 +973,7 @@ class FrameTracer:
 
 
 def lookup(frame, name: str):
-    """Find `a` or `a.b.c` in a frame without running anything but attribute reads."""
+    """Find `a` or `a.b.c` in a frame, each attribute read as static_attribute does (no getter runs)."""
     head, *rest = name.split(".")
     scope = frame.f_locals
     if head in scope:
@@ -855,8 +984,10 @@ def lookup(frame, name: str):
         return False, None
     for attr in rest:
         try:
-            value = getattr(value, attr)
+            found, value = static_attribute(value, attr)
         except Exception:
+            return False, None
+        if not found:
             return False, None
     return True, value
 

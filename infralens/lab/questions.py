@@ -164,6 +164,8 @@ def recorded_answer(qid: str, question: Question, result: RunResult, blocks: dic
     state = json.loads(result.state) if result.state else None
     if block is None or not state:
         return Answered(id=qid, question=question), None
+    if state.get("printed") is False:
+        return Answered(id=qid, question=question), Problem(recorded.mark, f"question {qid!r}: the checked run's state backs no answer: {result.note or 'its traced run printed otherwise'}")
     kind, key = ("calls", "return") if recorded.name == "return" else ("lines", None)
     found = None
     for number, entry in sorted(((int(n), e) for n, e in state.get(kind, {}).items()), key=lambda item: item[0]):

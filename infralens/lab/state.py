@@ -196,12 +196,18 @@ def recorded(result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> di
 
 
 def recorded_text(state_json: str) -> str:
-    """Every value a run recorded, one per line: what the claims check may find a figure in."""
+    """Every value a run recorded, one per line: what the claims check may find a figure in.
+
+    None of a state whose traced run printed otherwise than the checked run ("printed": false):
+    the tracer changed what the starter computed, or the starter behaves otherwise when traced.
+    """
     if not state_json:
         return ""
     try:
         state = json.loads(state_json)
     except ValueError:
+        return ""
+    if state.get("printed") is False:
         return ""
     values: list[str] = []
     for entry in state.get("lines", {}).values():

@@ -198,9 +198,9 @@ def state_problem(text: str) -> str | None:
                 why = entry_problem(line, entry)
                 if why:
                     return f"{key} {line[:20]!r}: {why}"
-        elif key == "truncated" and not isinstance(value, bool) or key == "process" and not isinstance(value, str):
+        elif key in ("truncated", "printed") and not isinstance(value, bool) or key == "process" and not isinstance(value, str):
             return f"{key} has the wrong type"
-        elif key not in ("version", "truncated", "process"):
+        elif key not in ("version", "truncated", "printed", "process"):
             return f"unknown key {key[:40]!r}"
     return None
 

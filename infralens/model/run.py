@@ -42,7 +42,10 @@ class RunResult:
     traced: tuple[tuple[int, int], ...] = ()
     """The line spans whose execution state the run recorded (none when it recorded none)."""
     state: str = ""
-    """The recorded execution state, as trace_state.py wrote it (JSON), when the run passed."""
+    """The recorded execution state, as trace_state.py wrote it (JSON), when the run passed; with
+    "printed": false when the traced run printed otherwise than this run (it then backs no figure)."""
+    note: str = ""
+    """What check says of a run beside its status, in one line: why its recorded state backs no figure."""
     probed: str = ""
     """The digest of the calculators' request the parity probe answered (see calculators.py)."""
     answers: str = ""

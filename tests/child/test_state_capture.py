@@ -74,12 +74,123 @@ def test_dataclasses_strings_and_nesting_are_bounded() -> None:
 
 
 @pytest.mark.unit
-def test_a_value_that_cannot_describe_itself_does_not_stop_the_run() -> None:
+def test_a_value_whose_own_methods_would_raise_is_read_without_them() -> None:
     class Hostile(list):
         def __iter__(self):
             raise RuntimeError("no")
 
-    assert summarize(Hostile([1])) == "<Hostile: unreadable (RuntimeError)>"
+    assert summarize(Hostile([1])) == "<Hostile>"  # its __iter__ is never called
+
+
+CALLED: list[str] = []
+"""Every method of the classes below that ran: summarizing a value must run none of them."""
+
+
+def spy(name: str, result=None):
+    def method(self, *args):
+        CALLED.append(name)
+        return result(self, *args) if callable(result) else result
+    return method
+
+
+class Count(int):
+    __format__ = spy("int.__format__", lambda self, spec: "48")
+    __repr__ = __str__ = spy("int.__repr__", lambda self: "48")
+
+
+class Ratio(float):
+    __format__ = spy("float.__format__", lambda self, spec: "4.8")
+    __repr__ = spy("float.__repr__", lambda self: "4.8")
+    __abs__ = spy("float.__abs__", lambda self: 1.0)
+    __eq__ = spy("float.__eq__", lambda self, other: True)
+    __hash__ = float.__hash__
+
+
+class Name(str):
+    __len__ = spy("str.__len__", lambda self: 1)
+    __repr__ = spy("str.__repr__", lambda self: "'planted'")
+    __getitem__ = spy("str.__getitem__", lambda self, key: "planted")
+
+
+class Blob(bytes):
+    __len__ = spy("bytes.__len__", lambda self: 48)
+
+
+class Lazy(list):
+    __iter__ = spy("list.__iter__", lambda self: iter([48]))
+    __len__ = spy("list.__len__", lambda self: 48)
+
+
+class Table(dict):
+    items = spy("dict.items", lambda self: [("k", 48)])
+    __iter__ = spy("dict.__iter__", lambda self: iter(["k"]))
+
+
+class Plain(list):
+    """A list subclass that changes nothing of how it is read: shown as a list."""
+
+
+class Proxy:
+    __getattribute__ = spy("Proxy.__getattribute__", lambda self, name: 48)
+    __getattr__ = spy("Proxy.__getattr__", lambda self, name: 48)
+    __repr__ = spy("Proxy.__repr__", lambda self: "48")
+    __len__ = spy("Proxy.__len__", lambda self: 48)
+    __call__ = spy("Proxy.__call__")
+
+
+class Meta(type):
+    __instancecheck__ = spy("Meta.__instancecheck__", lambda cls, value: True)
+
+    @property
+    def __name__(cls):
+        CALLED.append("Meta.__name__")
+        return "Planted"
+
+
+class Shaped(metaclass=Meta):
+    pass
+
+
+class Keyed:
+    def __repr__(self):
+        CALLED.append("Keyed.__repr__")
+        return "48"
+
+
+@dataclasses.dataclass
+class Config:
+    layers: int
+
+    def __getattribute__(self, name):
+        if name == "layers":
+            CALLED.append("Config.__getattribute__")
+            return 48
+        return object.__getattribute__(self, name)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (Count(42), "42"),
+        (Ratio(4.2), "4.2"),
+        (Name("kv"), "'kv'"),
+        (Blob(b"abc"), "Blob of 3 bytes"),
+        (Lazy([42]), "<Lazy>"),
+        (Table(k=42), "<Table>"),
+        (Plain([42]), "[42]"),
+        (Proxy(), "<Proxy>"),
+        (Shaped(), "<Shaped>"),
+        ({Keyed(), Keyed()}, "{<Keyed>, <Keyed>}"),
+        (Config(42), "Config(layers=42)"),
+        ([Count(42), {"r": Ratio(4.2)}], "[42, {'r': 4.2}]"),
+    ],
+    ids=["int", "float", "str", "bytes", "list", "dict", "plain-list", "object", "metaclass", "set", "dataclass", "nested"],
+)
+def test_summarizing_a_value_runs_none_of_its_own_methods(value, shown: str) -> None:
+    CALLED.clear()
+    assert summarize(value) == shown
+    assert CALLED == []
 
 
 @pytest.mark.unit
@@ -522,3 +633,34 @@ def test_a_loop_keeps_its_own_last_index_when_a_later_loop_reuses_the_name(tmp_p
     assert traced.returncode == 0, traced.stderr
     first = state["loops"]["2"]["samples"][-1]
     assert (first["n"], first["l"], first["values"]) == (9, [9], {"i": "8"})  # not the 1 the second loop left in i
+
+
+PROPERTY_STARTER = """\
+class Box:
+    def __init__(self):
+        self._v = 0
+        self.reads = 0
+
+    @property
+    def value(self):
+        self.reads += 1
+        return self._v
+
+    @value.setter
+    def value(self, v):
+        self._v = v
+
+
+box = Box()
+box.value = 42
+box.size = 7
+print("reads", box.reads)
+"""
+
+
+@pytest.mark.cli
+def test_names_are_looked_up_without_running_a_property_getter(tmp_path: Path) -> None:
+    traced, state, plain = trace(tmp_path, PROPERTY_STARTER, [[16, 19]])
+    assert traced.stdout == plain.stdout == "reads 0\n", traced.stderr
+    assert state["lines"]["18"]["samples"][0]["values"] == {"box.size": "7"}  # in the instance's own dict
+    assert "box.value" not in state["lines"].get("17", {"samples": [{"values": {}}]})["samples"][0]["values"]

@@ -4,6 +4,7 @@ and `check` and `build` on tests/sites/questions (the real commands)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 from pathlib import Path
 
@@ -260,3 +261,12 @@ def test_a_recorded_answer_taken_before_the_lines_last_run_is_an_error(entry: di
             "ask about a line that runs once after the loop, or take the answer from what the run printed"
         )
     ]
+
+
+@pytest.mark.unit
+def test_a_state_whose_traced_run_printed_otherwise_answers_no_recorded_question() -> None:
+    state = json.dumps({**json.loads(STATE), "printed": False})
+    result = run(OUTPUT, state=state)["code/lab-01-q/kv.py"]
+    answered, problems = answered_questions(lab(), {result.starter: replace(result, note="under the tracer it printed 'a' where it printed 'b'")}, BLOCKS)
+    assert answered[3].figure is None
+    assert [str(p) for p in problems] == [f"{MANIFEST}:57:42: error: question 'per-layer': the checked run's state backs no answer: under the tracer it printed 'a' where it printed 'b'"]

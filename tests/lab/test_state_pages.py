@@ -220,6 +220,7 @@ def test_the_run_the_page_shows_is_never_the_traced_one(sample_site: Path) -> No
     page = (sample_site / LAB_PAGE).read_text()
     assert "traced: False" in page and "traced: True" not in page
     assert hints(sample_site / LAB_PAGE) == ["→ 8,192", "→ 524,288"]  # and the traced run recorded the state
+    assert "note: its recorded state backs no figure: under the tracer it printed 'traced: True' where it printed 'traced: False'" in checked.stdout
 
 
 @pytest.mark.cli
@@ -428,3 +429,25 @@ def test_without_loops_the_panel_data_stays_as_it_was(sample) -> None:
     page = page_state(sample.lab, sample.excerpt, run_with(STATE, spans), spans)
     assert "o" not in page.data
     assert all("t" not in s and "l" not in s for s in page.data["lines"]["9"]["s"])
+
+
+@pytest.mark.unit
+def test_a_state_whose_traced_run_printed_otherwise_backs_no_figure() -> None:
+    state = {"version": 1, "printed": False, "lines": {"3": {"samples": [{"values": {"a": "48"}}]}}}
+    assert recorded_text(json.dumps(state)) == ""
+    assert recorded_text(json.dumps({**state, "printed": True})) == "48"
+
+
+@pytest.mark.cli
+def test_a_figure_only_the_traced_run_computed_backs_nothing_and_check_says_why(sample_site: Path) -> None:
+    """Under the tracer this starter binds 8,193 where its plain run binds 8,192: the traced run's
+    output differs from the plain one's, so what it recorded backs no claim."""
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    starter.write_text(starter.read_text().replace("    per_layer = 2 * kv_heads * head_dim", "    import sys\n    per_layer = 2 * kv_heads * head_dim + (sys.gettrace() is not None)"))
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    text = manifest.read_text().replace("--layers, 32], expect: ['kv bytes per token: 524,288']", "--layers, 32], expect: ['kv bytes per token']")
+    manifest.write_text(text.replace("note: K and V, so the **factor 2**.", "note: K and V, so the **factor 2**; this line yields 8,193."))
+    checked = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "the page states 8,193 but no starter of the lab prints it or records it on a line" in checked.stderr
+    assert "under the tracer it printed 'kv bytes per token: 524,352' where it printed 'kv bytes per token: 524,288'" in checked.stdout
