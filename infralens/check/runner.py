@@ -7,6 +7,7 @@ process. Every run is its own process group, killed whole at its timeout.
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import sys
 import threading
@@ -171,26 +172,30 @@ def record_state(source: Path, text: str, starter: Starter, spans: Spans, runnin
     with run_folder("infralens-trace-") as scratch, run_folder("infralens-blocks-") as side:
         Path(side, "tmp").mkdir()
         state_file = Path(side, "tmp", "state.json")  # where a sandbox lets it write (its TMPDIR)
-        spec: dict = {"ranges": spans, "output": str(state_file)}
+        token = secrets.token_hex(16)  # the tracer stamps the state with it; the starter never sees it
+        spec: dict = {"ranges": spans, "output": str(state_file), "token": token}
         if source.suffix == ".md":
             spec["blocks"] = python_blocks(text)
         Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
         traced = execute(command, scratch, side, starter.run.timeout, running, sandbox)
-        return (read_state(state_file), traced.stdout.text()) if traced.returncode == 0 else ("", "")
+        return (read_state(state_file, token), traced.stdout.text()) if traced.returncode == 0 else ("", "")
 
 
-def read_state(path: Path) -> str:
+def read_state(path: Path, token: str) -> str:
     """Return the state the tracer wrote, as compact JSON, or "" when there is none to trust.
 
     The file is written by code the starter could have interfered with, so it is read as plain
-    data, bounded, and must have the tracer's shape.
+    data, bounded, and must have the tracer's shape and the token this check handed the tracer
+    (a state file the starter wrote itself, and ended before the tracer could, has none).
     """
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_STATE_BYTES:
             return ""
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return ""
+    if not isinstance(state, dict) or not secrets.compare_digest(str(state.pop("token", "")), token):
         return ""
     # A lone surrogate (a value's __format__ can make one) becomes "?": no page could be written with it.
     text = json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace").decode("utf-8")

@@ -45,6 +45,7 @@ may not have it on its path); tests import it as `infralens.trace_state`.
 from __future__ import annotations
 
 import ast
+import atexit
 import dataclasses
 import itertools
 import json
@@ -52,9 +53,14 @@ import math
 import os
 import runpy
 import sys
+import threading
 import time
 import types
 from opcode import opmap
+
+# The tracer's own handles on what it writes the state with, taken before the starter runs: a
+# starter that replaces open, json.dump or os._exit changes its own, not these.
+_open, _dump, _exit, _fsync = open, json.dump, os._exit, os.fsync
 
 RETURN_VALUE, YIELD_VALUE = opmap["RETURN_VALUE"], opmap["YIELD_VALUE"]
 
@@ -1114,6 +1120,10 @@ def main() -> None:
     source_path, spec_path, *args = sys.argv[1:]
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
+    try:
+        os.remove(spec_path)  # its token now lives only in this process's memory
+    except OSError:
+        pass
     with open(source_path, encoding="utf-8-sig") as handle:
         source = handle.read()
     blocks = spec.get("blocks")
@@ -1123,6 +1133,7 @@ def main() -> None:
     trace_spawned_children({**spec, "source": source_path})
     sys.argv = [source_path, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(source_path))  # as `python STARTER` would have it
+    code: object = 0
     sys.settrace(tracer)
     try:
         if blocks is None:
@@ -1131,14 +1142,51 @@ def main() -> None:
             if not blocks:
                 sys.exit(f"{source_path}: no python blocks to run")
             run_blocks(source_path, blocks)
-    finally:
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:  # as Python would: the traceback on stderr, status 1
         sys.settrace(None)
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    sys.settrace(None)
+    leave(tracer, spec, code)
+
+
+def leave(tracer: Tracer, spec: dict, code: object) -> None:
+    """End the process as Python would after the starter's code, but write the state last: the
+    starter's threads are waited for and its exit hooks run first (its spawned ranks joined with
+    them), then the state is written, stamped with the token `check` handed over in the spec, and
+    the process ends at once. Nothing of the starter runs after the state is written, so an exit
+    hook or a thread cannot rewrite it, and a state file the starter wrote itself lacks the token."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - Python prints an exit hook's error and goes on
+        pass
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code & 0xFF
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        state = capped(merged(tracer.result(), spec["output"]))
+        state["token"] = spec.get("token", "")
+        with _open(spec["output"], "w", encoding="utf-8") as handle:
+            _dump(state, handle)
+            handle.flush()
+            _fsync(handle.fileno())
+    except OSError as error:  # the run's result stands; the page just shows no state
+        print(f"trace_state: could not write the state: {error}", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
         try:
-            state = capped(merged(tracer.result(), spec["output"]))
-            with open(spec["output"], "w", encoding="utf-8") as handle:
-                json.dump(state, handle)
-        except OSError as error:  # the run's result stands; the page just shows no state
-            print(f"trace_state: could not write the state: {error}", file=sys.stderr)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _exit(status)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,9 @@ class PageState:
     """Every kept run of every shown line, for the panel (written as the lab's state.js)."""
     finished: str
     truncated: bool
+    printed: bool = True
+    """False when the traced run printed otherwise than the plain one (a timer, most often): its
+    values are shown, and back no figure of the prose (check's claims, `recorded:` answers)."""
 
 
 def recorded(result: RunResult | None, spans: tuple[tuple[int, int], ...]) -> dict | None:
@@ -368,7 +371,7 @@ def page_state(lab: Lab, excerpt: Excerpt, result: RunResult | None, spans: tupl
         data["w"], bodies = recordable(source, spans)
         if bodies:
             data["g"] = bodies
-    page = PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")))
+    page = PageState(dict(sorted(lines.items())), data, finished, bool(state.get("truncated")), state.get("printed") is not False)
     # What the manifest says values mean, and the figures derived from them, by the lines they cover.
     meanings = [[b.first, b.last, {name: words for name, words, _ in b.meaning}] for b in own if b.meaning]
     figures = [[b.first, b.last, [[f.name, f.formula, f.value, f.meaning] for f in block_figures(page, b) if f.value]] for b in own if b.derived]

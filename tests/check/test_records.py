@@ -236,9 +236,11 @@ def test_a_state_the_tracer_wrote_with_a_lone_surrogate_is_repaired_on_read(tmp_
     from infralens.check.runner import read_state
 
     path = tmp_path / "state.json"
-    path.write_text(json.dumps({"version": 1, "truncated": False, "lines": {"3": {"count": 1, "exact": True, "samples": [{"n": 1, "values": {"x": "\udc80"}}]}}, "calls": {}}))
-    state = read_state(path)
+    path.write_text(json.dumps({"version": 1, "truncated": False, "lines": {"3": {"count": 1, "exact": True, "samples": [{"n": 1, "values": {"x": "\udc80"}}]}}, "calls": {}, "token": "t0"}))
+    state = read_state(path, "t0")
     assert state and state.encode("utf-8") and json.loads(state)["lines"]["3"]["samples"][0]["values"]["x"] == "?"
+    assert "token" not in json.loads(state)
+    assert read_state(path, "another") == ""  # a state without this check's token is not the tracer's
 
 
 def unshare_available() -> bool:

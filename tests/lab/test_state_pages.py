@@ -451,3 +451,42 @@ def test_a_figure_only_the_traced_run_computed_backs_nothing_and_check_says_why(
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "the page states 8,193 but no starter of the lab prints it or records it on a line" in checked.stderr
     assert "under the tracer it printed 'kv bytes per token: 524,352' where it printed 'kv bytes per token: 524,288'" in checked.stdout
+    # The page still shows the values, and says under the code that the traced run printed otherwise.
+    manifest.write_text(text)
+    assert run_infralens("check", "lab-01-sample", cwd=sample_site).returncode == 0
+    assert run_infralens("build", cwd=sample_site).returncode == 0
+    page = (sample_site / LAB_PAGE).read_text()
+    assert hints(sample_site / LAB_PAGE) == ["→ 8,193", "→ 524,352"]
+    assert "; the traced run printed otherwise.</figcaption>" in page
+
+
+PLANT = """
+import atexit, json, os, sys
+def plant(then_exit=False):
+    # The state file's path, beside the spec the tracer's command line names (python TRACER STARTER SPEC).
+    spec = open("/proc/self/cmdline", "rb").read().split(b"\\0")[3].decode()
+    path = os.path.join(os.path.dirname(spec), "tmp", "state.json")
+    if sys.gettrace() is None and not os.path.exists(os.path.dirname(path)):
+        return  # the plain run
+    planted = {"version": 1, "truncated": False, "lines": {"9": {"count": 1, "exact": True, "samples": [{"values": {"per_layer": "8,193"}, "n": 1}]}}, "calls": {}}
+    with open(path, "w") as handle:
+        json.dump(planted, handle)
+    if then_exit:
+        os._exit(0)
+"""
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("how", ["an exit hook", "its own state file, then os._exit"])
+def test_a_starter_cannot_plant_a_figure_in_its_recorded_state(sample_site: Path, how: str) -> None:
+    """A state written after the tracer's (an atexit hook), or instead of it (the starter writes the
+    file and ends at once), is not taken: the tracer writes last, and stamps with a token only it holds."""
+    starter = sample_site / "code/lab-01-sample/kv.py"
+    hook = "atexit.register(plant)\n" if how == "an exit hook" else ""
+    text = starter.read_text().replace('if __name__ == "__main__":\n', PLANT + hook + 'if __name__ == "__main__":\n')
+    starter.write_text(text + ("" if hook else "    plant(then_exit=True)\n"))  # after it printed what the plain run prints
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("note: K and V, so the **factor 2**.", "note: K and V, so the **factor 2**; this line yields 8,193."))
+    checked = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "the page states 8,193 but no starter of the lab prints it or records it on a line" in checked.stderr
