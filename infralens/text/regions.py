@@ -8,6 +8,7 @@ string, so a starter that prints or tests marker-like text keeps it; in other fi
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import tokenize
@@ -30,15 +31,27 @@ class RegionMarker:
 
 def region_markers(path: str, text: str) -> tuple[RegionMarker, ...]:
     """Return the file's marker lines in order: comments alone on their line in Python, whole lines elsewhere."""
+    return _markers(path.endswith(".py"), text)
+
+
+@functools.lru_cache(maxsize=64)
+def _markers(python: bool, text: str) -> tuple[RegionMarker, ...]:
+    """The markers of a text, once per text (one starter listed under several spellings, or cut
+    for both its excerpt and its notebook, is read once). Lines shaped like a marker are found
+    first; Python's tokenizer, which is slow on a long file, runs only when there are some."""
     lines = text.split("\n")
-    numbers = _python_comment_lines(text) if path.endswith(".py") else None
-    if numbers is None:
-        numbers = range(1, len(lines) + 1)
+    shaped = [number for number, line in enumerate(lines, 1) if "region" in line and _MARKER.match(line)]
+    if not shaped:
+        return ()
+    if python:
+        comments = _python_comment_lines(text)
+        if comments is not None:
+            alone = set(comments)
+            shaped = [number for number in shaped if number in alone]
     found = []
-    for number in numbers:
+    for number in shaped:
         match = _MARKER.match(lines[number - 1])
-        if match:
-            found.append(RegionMarker(number, bool(match.group("end")), (match.group("name") or "").strip() if not match.group("end") else ""))
+        found.append(RegionMarker(number, bool(match.group("end")), (match.group("name") or "").strip() if not match.group("end") else ""))
     return tuple(found)
 
 
