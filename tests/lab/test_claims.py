@@ -8,6 +8,7 @@ import pytest
 from conftest import run_infralens
 
 from infralens.build import load_project
+from infralens.check.verdicts import CLAIMS_SHOWN
 from infralens.lab.claims import printed, stated_figures
 
 
@@ -86,3 +87,15 @@ def test_check_names_every_unbacked_figure_on_its_own_error_line(sample_site: Pa
         f"labs/lab-01-sample.yml:{line}:{col}: error: code/lab-01-sample/kv.py: the page states {figure} but no starter of the lab prints it or records it on a line"
         for line, col, figure in [(24, 34, "1,048,576"), (25, 8, "2,097,152"), (26, 8, "3.25")]
     ]
+
+
+@pytest.mark.cli
+def test_check_gives_twenty_unbacked_figures_a_line_each_and_counts_the_rest(sample_site: Path) -> None:
+    # A line each for 20,000 figures took check past its bound (a search of the manifest per figure).
+    figures = [f"{n}.25" for n in range(101, 126)]
+    manifest = sample_site / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace("checkpoints:\n  - The factor 2 is K plus V.", "checkpoints:\n  - The factor 2 is K plus V, then " + ", ".join(figures) + "."))
+    result = run_infralens("check", "lab-01-sample", cwd=sample_site)
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert result.returncode == 1 and len(errors) == CLAIMS_SHOWN == 20
+    assert errors[-1].endswith(f"the page states {figures[19]} but no starter of the lab prints it or records it on a line (and 5 more figures no run backs: {', '.join(figures[20:])})")
