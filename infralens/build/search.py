@@ -93,11 +93,10 @@ def plain_text(markdown: str) -> str:
     """Return the words a reader sees of Markdown prose, parsed as the page parses it: link text
     kept, code and emphasis marks dropped, math read as text (\\times as ×)."""
     # deferred: markdown-it and latex2mathml take ~0.1 s to load, and a build with no lab to index never needs them
-    from infralens.text.markdown import parser
-
+    from infralens.text.markdown import block_tokens
 
     words: list[str] = []
-    for token in parser().parse(markdown):
+    for token in block_tokens(markdown)[0]:
         if token.type in ("math_block", "fence", "code_block"):
             words.append(_tex_text(token.content) if token.type == "math_block" else token.content)
         for child in token.children or ():

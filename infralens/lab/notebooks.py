@@ -1,7 +1,7 @@
 """Notebooks: a Python starter as a Jupyter notebook a reader can open or upload to Colab.
 
 Pure. Input: a lab, one of its starters' text and, for the previewed starter, its bound key blocks.
-Output: the notebook (nbformat 4 JSON). The starter is cut into cells at its top-level statements:
+Output: the notebook (nbformat 4.5 JSON). The starter is cut into cells at its top-level statements:
 the module docstring becomes the title cell, imports and constants stay together, each function or
 class (with the comments and decorators above it) is a cell of its own, and the part under
 `if __name__ == "__main__":` is the last cell, run as `python starter.py` runs it (with no
@@ -14,6 +14,7 @@ The starter file stays the source of truth: a notebook is generated with every b
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -22,6 +23,7 @@ from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
 from infralens.model.starter import Starter
+from infralens.text.python import string_lines, syntax_tree
 from infralens.text.regions import region_markers
 from infralens.text.source import SourceFile
 
@@ -46,12 +48,14 @@ class Piece:
 
 
 def pieces(text: str) -> list[Piece] | None:
-    """Cut a module into cells at its top-level statements; None if it does not parse. A cell
-    starts right after the statement before it, so the comments above a function go with it."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+    """Cut a module into cells at its top-level statements; None if it does not parse."""
+    tree = syntax_tree(text)
+    return None if tree is None else cut_at_statements(tree)
+
+
+def cut_at_statements(tree: ast.Module) -> list[Piece]:
+    """Cut a parsed module into cells at its top-level statements. A cell starts right after the
+    statement before it, so the comments above a function go with it."""
     body = tree.body
     previous_end = 0
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
@@ -92,14 +96,15 @@ def needs_its_file(tree: ast.Module) -> bool:
     """Whether the starter starts processes that import it by its file (multiprocessing's spawn,
     or its own `__file__`), which a notebook's cells are not."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "__file__":
+        kind = type(node)
+        if kind is ast.Name and node.id == "__file__" or kind is ast.Attribute and node.attr == "spawn":  # type: ignore[attr-defined]
             return True
-        if isinstance(node, ast.Constant) and node.value == "spawn" or isinstance(node, ast.Attribute) and node.attr == "spawn":
+        if kind is ast.Constant and node.value == "spawn":  # type: ignore[attr-defined]
             return True
     return False
 
 
-def _code(lines: list[str], piece: Piece, script: str, hidden: set[int], inside_strings: set[int]) -> str:
+def _code(lines: list[str], piece: Piece, script: str, hidden: set[int], inside_strings: frozenset[int]) -> str:
     """The cell's source: the piece's lines without region markers (for editors and the page, not
     the notebook); the `__main__` body loses exactly the guard's indentation, except on the lines
     inside a string, whose text is the string's own."""
@@ -116,59 +121,65 @@ def _code(lines: list[str], piece: Piece, script: str, hidden: set[int], inside_
     return f"import sys\nsys.argv = [{script!r}]  # the defaults, as `python {script}` runs\n\n" + body.strip("\n")
 
 
-def _string_continuations(tree: ast.Module) -> set[int]:
-    """The lines that continue a string begun on an earlier line: its text, not indentation."""
-    return {
-        number
-        for node in ast.walk(tree)
-        if isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
-        for number in range(node.lineno + 1, (node.end_lineno or node.lineno) + 1)
-    }
+NBFORMAT = (4, 5)
+"""The notebook format written (major, minor): 4.5 is the first with cell ids."""
+
+
+def markdown_cell(number: int, source: str) -> dict:
+    return {"cell_type": "markdown", "id": f"cell-{number}", "metadata": {}, "source": source.splitlines(True)}
+
+
+def code_cell(number: int, source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": f"cell-{number}", "metadata": {}, "outputs": [], "source": source.splitlines(True)}
 
 
 def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...] = ()) -> str | None:
-    """The notebook of a Python starter, as JSON text; None when the starter does not parse."""
-    # deferred: nbformat takes ~70 ms to load, and `check` resolves excerpts without making notebooks
-    import nbformat
-    from nbformat import v4
+    """The notebook of a Python starter, as JSON text; None when the starter does not parse.
 
-    cut = pieces(text)
-    if cut is None:
+    Written as nbformat writes a notebook (its JSON layout, sources split into lines, the cells'
+    ids fixed, as a build must write the same bytes twice), without its per-cell schema validation:
+    the tests hold every lab's notebook to nbformat's validator and to nbformat's own bytes.
+    """
+    tree = syntax_tree(text)
+    inside_strings = string_lines(text)
+    if tree is None or inside_strings is None:
         return None
+    cut = cut_at_statements(tree)
     lines = text.split("\n")
     script = PurePosixPath(starter.path).name
-    docstring = ast.get_docstring(ast.parse(text)) or ""
+    docstring = ast.get_docstring(tree) or ""
     title = f"# Lab {lab.number:02d}: {lab.title}\n\n`{starter.path}`: {starter.role}"
     intro = f"{title}\n\n{docstring}\n\n*Generated from the starter by `infralens build`; the starter file is the source of truth. Run the cells in order.*"
-    cells = [v4.new_markdown_cell(intro.replace("\n\n\n", "\n\n"))]
-    tree = ast.parse(text)
+    cells = [markdown_cell(1, intro.replace("\n\n\n", "\n\n"))]
     by_file = needs_its_file(tree)
     hidden = {marker.line for marker in region_markers(starter.path, text)}
-    inside_strings = _string_continuations(tree)
     for piece in cut:
         for block in sorted((b for b in blocks if piece.first <= b.first <= piece.last), key=lambda b: b.first):
             where = f"line {block.first}" if block.first == block.last else f"lines {block.first}–{block.last}"
-            cells.append(v4.new_markdown_cell(f"**Note {block.ordinal}: {block.name}** ({where})\n\n{block.note}"))
+            cells.append(markdown_cell(len(cells) + 1, f"**Note {block.ordinal}: {block.name}** ({where})\n\n{block.note}"))
         if piece.main and by_file:
             # Its processes import the starter by its file: write the file, then run it as a script.
-            cells.append(v4.new_markdown_cell(
+            cells.append(markdown_cell(len(cells) + 1,
                 f"This starter starts processes that import it by its file ({'multiprocessing' if 'spawn' in text else 'its own path'}), "
                 f"which the cells above are not: the next cells write `{script}` and run it as `python {script}` does."))
-            cells.append(v4.new_code_cell(f"%%writefile {script}\n{text.rstrip()}"))
-            cells.append(v4.new_code_cell(
+            cells.append(code_cell(len(cells) + 1, f"%%writefile {script}\n{text.rstrip()}"))
+            cells.append(code_cell(len(cells) + 1,
                 f"import subprocess, sys\n\ndone = subprocess.run([sys.executable, {script!r}], capture_output=True, text=True)\n"
                 "print(done.stdout, end=\"\")\nprint(done.stderr, end=\"\", file=sys.stderr)\ndone.check_returncode()"))
             continue
         code = _code(lines, piece, script, hidden, inside_strings)
         if code:
-            cells.append(v4.new_code_cell(code))
-    for number, cell in enumerate(cells, 1):
-        cell["id"] = f"cell-{number}"  # nbformat draws random ids: a build must write the same bytes twice
-    book = v4.new_notebook(cells=cells, metadata={
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python"},
-    })
-    return nbformat.writes(book)
+            cells.append(code_cell(len(cells) + 1, code))
+    book = {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": NBFORMAT[0],
+        "nbformat_minor": NBFORMAT[1],
+    }
+    return json.dumps(book, indent=1, sort_keys=True, separators=(",", ": "), ensure_ascii=False)
 
 
 # ---------------------------------------------------------------- the page feature (see features.py)

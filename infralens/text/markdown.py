@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
+from markdown_it.token import Token
 
 from infralens.text.mathml import MATH_TOKENS, add_math
 
@@ -38,6 +39,22 @@ def parser() -> MarkdownIt:
 
     md.add_render_rule("image", offline_image)
     return md
+
+
+@lru_cache(maxsize=512)
+def block_tokens(text: str) -> tuple[tuple[Token, ...], dict]:
+    """Return Markdown text parsed as a block, with the environment its parse filled (link
+    references), once per text: a page renders a field and its search document reads the same
+    tokens. Shared: read them, never change them (rendering only sets an image's alt again)."""
+    env: dict = {}
+    return tuple(parser().parse(text, env)), env
+
+
+def render_block(text: str) -> str:
+    """Return Markdown text rendered as a block (paragraphs, lists, tables, math)."""
+    tokens, env = block_tokens(text)
+    md = parser()
+    return md.renderer.render(list(tokens), md.options, dict(env))
 
 
 def fetched(src: str) -> bool:

@@ -14,6 +14,8 @@ import re
 import tokenize
 from dataclasses import dataclass
 
+from infralens.text.python import string_lines
+
 _MARKER = re.compile(r"^\s*(?:#|//|<!--)\s*(?P<end>end)?region\b\s*(?P<name>[^\s>-][^>]*?)?\s*(?:-->)?\s*$")
 
 
@@ -38,16 +40,23 @@ def region_markers(path: str, text: str) -> tuple[RegionMarker, ...]:
 def _markers(python: bool, text: str) -> tuple[RegionMarker, ...]:
     """The markers of a text, once per text (one starter listed under several spellings, or cut
     for both its excerpt and its notebook, is read once). Lines shaped like a marker are found
-    first; Python's tokenizer, which is slow on a long file, runs only when there are some."""
+    first; Python's tokenizer, which is slow on a long file, runs only when one of them may be
+    inside a string."""
     lines = text.split("\n")
     shaped = [number for number, line in enumerate(lines, 1) if "region" in line and _MARKER.match(line)]
     if not shaped:
         return ()
     if python:
-        comments = _python_comment_lines(text)
-        if comments is not None:
-            alone = set(comments)
-            shaped = [number for number in shaped if number in alone]
+        inside = string_lines(text)
+        # In a file that parses, a line that starts with `#` and continues no string is a comment
+        # (a string is the only token a line can continue): the tokenizer is asked only otherwise.
+        if inside is None or any(number in inside for number in shaped):
+            comments = _python_comment_lines(text)
+            if comments is not None:
+                alone = set(comments)
+                shaped = [number for number in shaped if number in alone]
+        else:  # `// region` is code in Python (a floor division continued from the line above)
+            shaped = [number for number in shaped if lines[number - 1].lstrip().startswith("#")]
     found = []
     for number in shaped:
         match = _MARKER.match(lines[number - 1])

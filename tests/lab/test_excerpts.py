@@ -165,3 +165,23 @@ def test_highlighting_keeps_one_html_line_per_file_line() -> None:
     source = source_file("s.py", 'x = """a\nb"""\n\n')
     assert [line.text for line in source.lines] == ['x = """a', 'b"""', ""]
     assert all("\n" not in line.html for line in source.lines)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("text", "lines"),
+    [
+        ("# region a\nx = 1\n# endregion\n", [1, 3]),
+        ('s = """\n# region in_a_string\n"""\n# region out\n# endregion\n', [4, 5]),  # the tokenizer decides
+        ('v = ("a"\n  # region between_literals\n  "b")\n', [2]),  # inside a joined string's lines, still a comment
+        ("x = (a\n// region floor_division\n)\n# region real\n", [4]),  # `//` is code in Python
+        ("def f(:\n# region unparsed\n", [2]),  # a file that does not parse: every marker-shaped line counts
+    ],
+)
+def test_python_region_markers_are_comments_whether_or_not_the_tokenizer_is_asked(text: str, lines: list[int]) -> None:
+    from infralens.text.regions import _python_comment_lines, region_markers
+
+    assert [marker.line for marker in region_markers("x.py", text)] == lines
+    comments = _python_comment_lines(text)
+    if comments is not None:  # the tokenizer, asked directly, agrees
+        assert [line for line in lines if line in comments] == lines

@@ -117,3 +117,24 @@ def test_a_region_marker_inside_a_string_stays_and_a_real_marker_goes() -> None:
     compile(cell, "cell", "exec")
     assert "# region core" not in cell and "    # endregion\n" not in cell
     assert '"""\n# region not-a-marker\n# endregion\n"""' in cell
+
+
+@pytest.mark.unit
+def test_every_labs_notebooks_are_valid_and_the_bytes_nbformat_itself_writes(project, resolved) -> None:
+    # The build writes notebooks without nbformat (its per-cell schema validation was a third of a
+    # cold build): each must still pass nbformat's validator, and nbformat, reading it and writing
+    # it again, must give the same bytes.
+    from infralens.lab.notebooks import has_notebook
+
+    written = 0
+    for lab in project.labs:
+        blocks = resolved[lab.id].excerpt.key_blocks
+        for starter in filter(has_notebook, lab.starters):
+            text = notebook(lab, starter, project.sources[starter.path].text, tuple(b for b in blocks if b.starter == starter.path))
+            assert text is not None, starter.path
+            book = nbformat.reads(text, as_version=4)
+            nbformat.validate(book)
+            assert nbformat.writes(book) == text, starter.path
+            assert [cell.id for cell in book.cells] == [f"cell-{n}" for n in range(1, len(book.cells) + 1)]
+            written += 1
+    assert written  # the site has Python starters, every one compared
