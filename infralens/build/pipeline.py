@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from infralens.build.pages import check_site_links, render_units, write_shared
 from infralens.build.plan import BuildState, Unit, UnitRecord, plan
@@ -57,8 +58,9 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     with ws.lock():
         try:
             session = session or Session()
-            summary, inputs, outputs = _build(ws, strict=strict, full=full, session=session, started=started)
+            summary, stamped = _build(ws, strict=strict, full=full, session=session, started=started)
             if not session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
+                inputs, outputs = stamped()
                 unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
             return summary
         except OSError as exc:  # output/ or its parent cannot be written: a problem of the input, said as one
@@ -66,9 +68,9 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
             raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
 
 
-def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> tuple[BuildSummary, list[str], list[str]]:
-    """Build; return the summary, and the paths the build was made from and those it left (for
-    `unchanged`: the next build that finds them all as they were has nothing to do)."""
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> tuple[BuildSummary, Callable[[], tuple[list[str], list[str]]]]:
+    """Build; return the summary, and how to list the paths the build was made from and those it
+    left (for `unchanged`: the next build that finds them all as they were has nothing to do)."""
     state = session.state_for(ws)
     if full:  # nothing remembered: every starter's run key is hashed again too
         session.run_keys.clear()
@@ -123,7 +125,7 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
         session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
     summary = BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
-    return summary, made_from(ws, read, units, session), left(ws, produced, session)
+    return summary, lambda: (made_from(ws, read, units, session), left(ws, produced, session))
 
 
 def made_from(ws: Workspace, read: Snapshot, units: dict[str, Unit], session: "Session") -> list[str]:
