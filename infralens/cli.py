@@ -18,7 +18,7 @@ from infralens.model.devices import DEVICES
 from infralens.project.unchanged import CACHE_ENV, cache_folder, unchanged_labs
 
 # The commands import what they use when they run: `infralens --help` and `infralens build` on an
-# unchanged site take a tenth of a second, and importing every module up front would take three.
+# unchanged site take about a tenth of a second; importing every module up front added 0.3 s.
 
 CACHE_OPTION = click.option(
     "--cache-dir",

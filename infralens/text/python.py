@@ -1,6 +1,6 @@
 """Python syntax of a starter, parsed once per text: several stages read the same file.
 
-Pure. The region markers, a starter's notebook and its excerpt each need the syntax tree of the
+Pure. The region markers and a starter's notebook both need the syntax tree of the
 same text in the same render; it is parsed once (the last few texts are kept), never mutated.
 """
 
