@@ -157,10 +157,10 @@ def write_shared(
 
 
 def stage_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in_order: list[Unit], staging) -> None:
-    """The index: each lab's card (a function of its manifest) and each run's status and date."""
+    """The index: each lab's card (all of it but its marks) and each run's status and date."""
     runs = {path: result for unit in in_order for path, result in first_runs(unit.card.starters, dict(unit.runs)).items()}
     shown_runs = sorted((path, result.status, result.finished) for path, result in runs.items())
-    index_key = digest(theme.key, repr(site), *(unit.manifest.key for unit in in_order), repr(shown_runs))
+    index_key = digest(theme.key, repr(site), *(unit.card.shown for unit in in_order), repr(shown_runs))
 
     def index_file(path: str) -> None:
         use_context(RenderContext(ws, site, theme))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Literal, get_args
 
 from infralens.errors import Mark
@@ -253,11 +253,29 @@ class LabCard:
     track_mark: Mark
     questions: int = 0
     """How many questions the lab asks: the index and the navigation show the reader's score of them."""
+    shown: str = ""
+    """Everything on the card but where in its manifest each part was written (the marks): what
+    the index is made from, so an edit of a lab's other prose, which moves the marks below it,
+    leaves the index as it is."""
 
 
 def card_of(lab: Lab) -> LabCard:
     """Return the card of a parsed lab."""
-    return LabCard(
+    card = LabCard(
         id=lab.id, path=lab.path, number=lab.number, title=lab.title, track=lab.track, summary=lab.summary, topic=lab.topic, concrete=lab.concrete, kind=lab.kind,
         starters=lab.starters, number_mark=lab.number_mark, track_mark=lab.track_mark, questions=len(lab.questions),
     )
+    return replace(card, shown=repr(unmarked(card)))
+
+
+def unmarked(value: object) -> object:
+    """A record as nested tuples of its fields and values, every Mark left out."""
+    if isinstance(value, Mark):
+        return None
+    if is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, *((item.name, unmarked(getattr(value, item.name))) for item in fields(value)))
+    if isinstance(value, (tuple, list)):
+        return tuple(unmarked(item) for item in value)
+    if isinstance(value, dict):
+        return tuple((key, unmarked(item)) for key, item in value.items())
+    return value

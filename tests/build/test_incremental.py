@@ -59,6 +59,20 @@ def test_a_title_edit_rewrites_the_labs_that_name_it_and_the_index(site: Workspa
     assert "Renamed KV bytes" in (site.out / "labs/lab-02-notes/index.html").read_text()
 
 
+def test_a_prose_edit_off_the_card_rewrites_its_lab_not_the_index(site: Workspace) -> None:
+    # The edit moves every mark below it (the starters' among them); the index shows no mark.
+    manifest = site.root / "labs/lab-01-sample.yml"
+    manifest.write_text(manifest.read_text().replace(
+        "concept_goal: Every generated token stores one key and one value vector per layer and KV head.",
+        "concept_goal: >-\n  Every generated token stores one key\n  and one value vector per layer and KV head, edited.",
+    ))
+    before = stamps(site.out)
+    assert build(site).rendered == 1
+    changed = rewritten(before, stamps(site.out))
+    assert "labs/lab-01-sample/index.html" in changed and "index.html" not in changed
+    assert "per layer and KV head, edited." in (site.out / "labs/lab-01-sample/index.html").read_text()
+
+
 def test_a_lost_or_edited_output_file_is_written_again_and_a_stray_one_removed(site: Workspace) -> None:
     (site.out / "labs/lab-02-notes/index.html").unlink()
     (site.out / "code/lab-01-sample/kv.py.html").write_text("tampered")
