@@ -11,12 +11,14 @@ import builtins
 import hashlib
 import io
 import keyword
+import re
 import sys
 import tokenize
 from functools import lru_cache
 from html import escape
 from pathlib import PurePosixPath
 
+from infralens.text.python import syntax_tree
 from infralens.text.source import SourceFile, SourceLine
 
 # Pygments is imported where it is used: a build that only highlights Python never loads it.
@@ -122,70 +124,143 @@ _MAGIC_METHODS -= _MAGIC_VARIABLES
 
 
 def python_runs(text: str) -> list[tuple[str, str]] | None:
-    """Return Python source as (kind, text) runs from the standard library's tokenizer, or None if it cannot tokenize it.
+    """Return Python source as (kind, text) runs, or None if it cannot tokenize it.
 
     The kinds Pygments gives (keywords, builtins, defined, imported and magic names, decorators,
-    strings with their replacement fields, numbers, comments) in a third of the time: highlighting
-    with Pygments' regexes was about 40% of a cold build. Pygments stays for every other language
-    and for a file that does not tokenize (an unterminated string, say).
+    strings with their replacement fields, numbers, comments) in a fraction of the time:
+    highlighting with Pygments' regexes was about 40% of a cold build. A file that parses is
+    scanned by `scanned_tokens`, the standard library's tokenizer (pure Python, and a sixth of a
+    cold build) only what does not parse; Pygments stays for every other language and for a file
+    that does not tokenize (an unterminated string, say).
     """
-    starts = [0]
-    for line in io.StringIO(text):
-        starts.append(starts[-1] + len(line))
+    tokens = scanned_tokens(text) if syntax_tree(text) is not None else None
+    if tokens is None:
+        try:
+            tokens = list(tokenized(text))
+        except (tokenize.TokenError, SyntaxError):
+            return None
     runs: list[tuple[str, str]] = []
     at = 0
     previous = ""  # the last NAME or OP, to tell a defined name, an attribute or a decorator
     statement_start = True
     importing = ""  # "from": the module of a from-import; "import": the names of an import
     decorating = False  # from a statement's leading @ to its first (
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            kind_of, value = token.type, token.string
-            if kind_of in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
-                statement_start, importing, previous, decorating = True, "", "", False
-                continue
-            if kind_of == tokenize.NL:
-                continue
-            start = starts[token.start[0] - 1] + token.start[1]
-            end = starts[token.end[0] - 1] + token.end[1]
-            if start > at:
-                runs.append(("", text[at:start]))
-            at = end
-            if kind_of == tokenize.COMMENT:
-                runs.append(("c", value))
-                continue
-            if kind_of == tokenize.OP:
-                if value == "@" and statement_start:
-                    decorating = True
-                elif value == "(":
-                    decorating = False
-                # A dotted decorator or module name is one name, as Pygments has it.
-                dotted = value == "." and (decorating or importing in ("from", "import"))
-                runs.append(("f" if dotted or (value == "@" and decorating) else "", value))
-                previous = value
-                statement_start = value == ";"
-                if value == ";":
-                    importing = ""
-                continue
-            if kind_of == tokenize.STRING:
-                runs += fstring_runs(value) if _is_fstring(value) else [("s", value)]
-            elif kind_of == tokenize.NUMBER:
-                runs.append(("m", value))
-            elif kind_of == tokenize.NAME:
-                if value == "from" and statement_start:
-                    importing = "from"
-                elif value == "import":
-                    importing = "" if importing == "from" else "import"
-                runs.append(("f" if decorating else name_kind(value, previous, importing), value))
-                previous = token.string
-            else:
-                runs.append(("", value))
-            statement_start = False
-    except (tokenize.TokenError, SyntaxError):
-        return None
+    for kind_of, start, end in tokens:
+        if kind_of == tokenize.NEWLINE:
+            statement_start, importing, previous, decorating = True, "", "", False
+            continue
+        if start > at:
+            runs.append(("", text[at:start]))
+        at = end
+        value = text[start:end]
+        if kind_of == tokenize.COMMENT:
+            runs.append(("c", value))
+            continue
+        if kind_of == tokenize.OP:
+            if value == "@" and statement_start:
+                decorating = True
+            elif value == "(":
+                decorating = False
+            # A dotted decorator or module name is one name, as Pygments has it.
+            dotted = value == "." and (decorating or importing in ("from", "import"))
+            runs.append(("f" if dotted or (value == "@" and decorating) else "", value))
+            previous = value
+            statement_start = value == ";"
+            if value == ";":
+                importing = ""
+            continue
+        if kind_of == tokenize.STRING:
+            runs += fstring_runs(value) if _is_fstring(value) else [("s", value)]
+        elif kind_of == tokenize.NUMBER:
+            runs.append(("m", value))
+        elif kind_of == tokenize.NAME:
+            if value == "from" and statement_start:
+                importing = "from"
+            elif value == "import":
+                importing = "" if importing == "from" else "import"
+            runs.append(("f" if decorating else name_kind(value, previous, importing), value))
+            previous = value
+        else:
+            runs.append(("", value))
+        statement_start = False
     if at < len(text):
         runs.append(("", text[at:]))
     return runs
+
+
+_RESETS = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+
+
+def tokenized(text: str):
+    """The standard library tokenizer's tokens of text as (type, start, end) offsets: a statement's
+    end (NEWLINE, INDENT, DEDENT, ENDMARKER) as NEWLINE, a line break inside one (NL) left out."""
+    starts = [0]
+    for line in io.StringIO(text):
+        starts.append(starts[-1] + len(line))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type in _RESETS:
+            yield tokenize.NEWLINE, 0, 0
+        elif token.type != tokenize.NL:
+            yield token.type, starts[token.start[0] - 1] + token.start[1], starts[token.end[0] - 1] + token.end[1]
+
+
+_QUOTED = (
+    "'''" r"(?:[^'\\]|\\[\s\S]|'(?!''))*" "'''",  # triple-quoted, any line breaks inside
+    '"""' r'(?:[^"\\]|\\[\s\S]|"(?!""))*' '"""',
+    r"'(?:[^'\\\n]|\\[\s\S])*'",  # one line, unless a backslash continues it
+    r'"(?:[^"\\\n]|\\[\s\S])*"',
+)
+_SCAN = re.compile(
+    r"(?P<space>[ \f\t]+|\\\r?\n)"  # blanks, and a backslash that continues the line
+    r"|(?P<comment>#[^\r\n]*)"
+    # Strings as the tokenizer reads them: a prefix, then a triple-quoted or a one-line string.
+    rf"|(?P<string>[rRbBuUfF]{{0,2}}(?:{'|'.join(_QUOTED)}))"
+    rf"|(?P<number>{tokenize.Number})"
+    r"|(?P<newline>\r?\n|\r)"
+    rf"|(?P<op>{'|'.join(map(re.escape, sorted(tokenize.EXACT_TOKEN_TYPES, key=len, reverse=True)))})"
+    r"|(?P<name>\w+)"
+)
+_OPENS, _CLOSES = frozenset("([{"), frozenset(")]}")
+_END = (tokenize.NEWLINE, 0, 0)
+_SCANNED = {"comment": tokenize.COMMENT, "string": tokenize.STRING, "number": tokenize.NUMBER, "op": tokenize.OP, "name": tokenize.NAME}
+
+
+def scanned_tokens(text: str) -> list[tuple[int, int, int]] | None:
+    """The tokens `tokenized` gives, for a file that parses, from one regular expression: the
+    tokenizer's own number and operator patterns, its strings, and its rule for a statement's end
+    (a line break outside brackets after a token that is not a comment). None if some text is
+    none of these (the tokenizer then reads it). tests/text holds the two equal on every starter
+    and on the standard library's own modules."""
+    tokens: list[tuple[int, int, int]] = []
+    depth = 0
+    pending = False  # the logical line has a token: its line break ends a statement
+    at = 0
+    for found in _SCAN.finditer(text):
+        start, end = found.span()
+        if start != at:
+            return None  # something between two matches is none of them
+        at = end
+        group = found.lastgroup
+        if group == "space":
+            continue
+        if group == "newline":
+            if pending and not depth:
+                tokens.append(_END)
+                pending = False
+            continue
+        kind = _SCANNED[group]  # type: ignore[index]
+        if kind == tokenize.OP:
+            char = text[start]
+            if char in _OPENS:
+                depth += 1
+            elif char in _CLOSES:
+                depth -= 1
+        if kind != tokenize.COMMENT:
+            pending = True
+        tokens.append((kind, start, end))
+    if at != len(text):
+        return None
+    return tokens
 
 
 def name_kind(name: str, previous: str, importing: str) -> str:
