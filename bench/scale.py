@@ -28,11 +28,13 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import re
 import select
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -339,7 +341,7 @@ def fetch(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             return response.read().decode("utf-8", errors="replace")
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+    except (urllib.error.URLError, http.client.HTTPException, OSError):  # a server mid-rebuild may cut a response short
         return None
 
 
@@ -441,6 +443,50 @@ def measure_serve(site: Path, lab: int, edits: int, idle_seconds: float) -> dict
     return {key: values for key, values in figures.items() if values}
 
 
+def measure_hugo_serve(hugo: Path, hugo_site: Path, lab: int, edits: int) -> dict[str, list[float]]:
+    """`hugo server` on the Hugo twin: the time from writing a prose edit of a lab's page until the
+    page it serves has the new word, polled as `infralens serve`'s page is."""
+    with socket.socket() as probe:  # a free port: Hugo prints its address only with its banner
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tempfile.TemporaryFile()
+    command = [str(hugo), "server", "--source", str(hugo_site), "--bind", "127.0.0.1", "--port", str(port), "--disableLiveReload", "--appendPort"]
+    env = {**os.environ, "HUGO_CACHEDIR": str(hugo_site / ".hugo_cache")}
+    process = subprocess.Popen(command, cwd=hugo_site, env=env, stdout=log, stderr=log, start_new_session=True)
+    base = f"http://127.0.0.1:{port}/"
+    page = f"{base}labs/{synthetic.hugo_lab_file(hugo_site, lab).stem}/"
+    figures: dict[str, list[float]] = {"hugo_serve_manifest": []}
+    try:
+        started = time.perf_counter()
+        while fetch(page) is None:
+            if process.poll() is not None or time.perf_counter() - started > 1800:
+                log.seek(0)
+                raise Crash(f"hugo server never answered on {base}:\n{log.read().decode(errors='replace')}")
+            time.sleep(0.05)
+        time.sleep(2.0)
+        for run in range(edits):
+            word = f"zqhugo{run}"
+            started = time.perf_counter()
+            synthetic.edit_hugo_prose(hugo_site, lab, word)
+            while time.perf_counter() - started < 600:
+                body = fetch(page)
+                if body is not None and word in body:
+                    figures["hugo_serve_manifest"].append(time.perf_counter() - started)
+                    break
+                time.sleep(0.005)
+            time.sleep(1.0)
+        say("hugo server: prose edit visible (s)", summary(figures["hugo_serve_manifest"]) if figures["hugo_serve_manifest"] else "unavailable")
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+    return {key: values for key, values in figures.items() if values}
+
+
 def measure_size(n: int, args: argparse.Namespace, hugo: Path | None) -> dict[str, list[float]]:
     """Generate the N-lab site (and its Hugo twin), measure everything, remove it."""
     scratch = Path(tempfile.mkdtemp(prefix=f"infralens-scale-{n}-"))
@@ -467,6 +513,10 @@ def measure_size(n: int, args: argparse.Namespace, hugo: Path | None) -> dict[st
             figures |= measure_output(hugo_site / "public", "hugo_", "Hugo")
         if not args.no_serve:
             figures |= measure_serve(site, lab, args.edits, args.idle_seconds)
+            if hugo:
+                figures |= measure_hugo_serve(hugo, hugo_site, lab, args.edits)
+                if figures.get("serve_manifest") and figures.get("hugo_serve_manifest"):
+                    figures["serve_vs_hugo"] = [statistics.median(figures["serve_manifest"]) / statistics.median(figures["hugo_serve_manifest"])]
         print(f"N={n}: done; {load_average()}", flush=True)
         return figures
     finally:
@@ -512,6 +562,8 @@ ROWS = (
     Row("vs_base_starter_edit", "starter edit: this / --baseline", 2, ratio_limit=None),
     Row("serve_starter", "serve: starter edit visible (s)", 3, limit=0.3),
     Row("serve_manifest", "serve: manifest edit visible (s)", 3, limit=0.3),
+    Row("hugo_serve_manifest", "hugo server: prose edit visible (s)", 3, ratio_limit=None),
+    Row("serve_vs_hugo", "serve / hugo server, prose edit", 2, limit=1.0, ratio_limit=None),
     Row("serve_idle_cpu", "serve idle CPU (% of a core)", 2, limit=1.0),
     Row("serve_rss", "serve RSS (MiB)", 0, limit=200),
     Row("maxrss", "cold build ru_maxrss (MiB)", 0, limit=300),

@@ -613,6 +613,20 @@ def edit_prose(root: Path, number: int, word: str) -> None:
     write_atomically(root, path, edited)
 
 
+def hugo_lab_file(root: Path, number: int) -> Path:
+    """The Markdown page of lab `number` in the Hugo twin."""
+    return next((root / "content" / "labs").glob(f"lab-{number:04d}-*.md"))
+
+
+def edit_hugo_prose(root: Path, number: int, word: str) -> None:
+    """In the Hugo twin, replace the first word of lab `number`'s concept text (as `edit_prose` does)."""
+    path = hugo_lab_file(root, number)
+    text = path.read_text(encoding="utf-8")
+    edited = re.sub(r"(## Read code to understand the concept\n\n)\S+", lambda m: m.group(1) + word, text, count=1)
+    assert edited != text or word in text
+    write_atomically(root, path, edited)
+
+
 def edit_starter_comment(root: Path, number: int, word: str) -> None:
     """Rewrite the first comment inside lab `number`'s region so that it starts with `word`."""
     _, path = lab_files(root, number)

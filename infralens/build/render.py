@@ -73,6 +73,8 @@ class CodeRow:
         """The row's classes: `bound` (a note's line), `gap` (lines left out above) and `i8`, its
         indentation to a multiple of 4 (INDENTS), which a wrapped line's later rows hang under."""
         hang = min(self.indent // 4 * 4, INDENTS)
+        if not (self.slugs or self.gap_before or hang):
+            return ""  # most rows: asked once per row of every listing
         return " ".join(name for name, on in (("bound", self.slugs), ("gap", self.gap_before), (f"i{hang}", hang)) if on)
 
 
