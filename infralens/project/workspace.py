@@ -127,15 +127,16 @@ class Workspace:
     def shown(self, path: Path) -> str:
         return display_path(path, self.root)
 
-    def read_text(self, path: Path, shown: str, problems: Problems, mark: Mark | None = None) -> str | None:
+    def read_text(self, path: Path, shown: str, problems: Problems, mark: Mark | None = None, *, info: os.stat_result | None = None, inside: bool = False) -> str | None:
         """Read a UTF-8 file, recording a problem instead of raising.
 
         A long-lived process keeps each file's text by its size and modification time, so an edit
-        costs one read, not a read of the whole site.
+        costs one read, not a read of the whole site. `info` is the file's stat when the caller has
+        it; `inside` says the caller has seen that no link takes the path out of the project.
         """
         try:
-            info = os.stat(path)
-            refused = self.unsafe_file(path, info, shown)
+            info = info or os.stat(path)
+            refused = self.unsafe_file(path, info, shown, inside=inside)
             if refused:
                 problems.add(mark or Mark(shown), refused)
                 return None
@@ -156,7 +157,7 @@ class Workspace:
             problems.add(mark or Mark(shown), f"cannot read {shown}: {exc.strerror}")
         return None
 
-    def unsafe_file(self, path: Path, info: os.stat_result, shown: str) -> str | None:
+    def unsafe_file(self, path: Path, info: os.stat_result, shown: str, *, inside: bool = False) -> str | None:
         """Say why a project file must not be read, or None.
 
         A symlink (which git stores) could point at /dev/zero, a FIFO or a secret outside the
@@ -166,7 +167,7 @@ class Workspace:
             return f"{shown} is not a regular file"
         if info.st_size > MAX_PROJECT_FILE_BYTES:
             return f"{shown} is {info.st_size:,} bytes; a manifest or site file is at most {MAX_PROJECT_FILE_BYTES:,}"
-        if path != self.site_file:
+        if path != self.site_file and not inside:
             return self.outside_project(path, shown)
         return None
 
@@ -201,6 +202,8 @@ class Workspace:
         manifests: list[Manifest] = []
         stems: dict[str, str] = {}
         labs_shown = self.shown(labs_dir)
+        # A manifest that is no link, in a labs/ inside the project, needs no path resolved.
+        labs_inside = os.path.realpath(labs_dir).startswith(self.root_real() + os.sep)
         for path in found:
             shown = f"{labs_shown}/{path.name}"
             if path.stem in stems:
@@ -210,13 +213,18 @@ class Workspace:
             if not re.fullmatch(ID_PATTERN, path.stem):
                 problems.add(Mark(shown), f"lab id {path.stem!r} (the file name) must be lowercase letters, digits and '-'")
                 continue
-            text = self.read_text(path, shown, problems)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                info = None  # read_text says why
+            plain = labs_inside and info is not None and not stat.S_ISLNK(info.st_mode)
+            text = self.read_text(path, shown, problems, info=info if plain else None, inside=plain)
             if text is not None:
                 manifests.append(Manifest(shown, path.stem, text, digest(shown, text)))
         return manifests
 
-    def starter_file(self, starter_path: str) -> Path | str:
-        """Return a starter's real path, or why it is not an allowed starter path."""
+    def starter_file(self, starter_path: str) -> tuple[Path, os.stat_result] | str:
+        """Return a starter's real path and its stat, or why it is not an allowed starter path."""
         pure = PurePosixPath(starter_path)
         if pure.is_absolute() or "\\" in starter_path:
             return f"starter path {starter_path!r} must be relative to the repository, under code/"
@@ -251,11 +259,17 @@ class Workspace:
                 break
         if not real.startswith(code + os.sep):
             return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
-        if not os.path.exists(real):
+        try:
+            info = os.stat(real)
+        except OSError:
             return f"starter not found: {starter_path}"
-        if not os.path.isfile(real):
+        if not stat.S_ISREG(info.st_mode):
             return f"starter {starter_path!r} is not a file"
-        return Path(real)
+        return Path(real), info
+
+    def code_inside(self) -> bool:
+        """Whether code/, links resolved, is inside the project (a link may take it elsewhere)."""
+        return self.code_folder().startswith(self.root_real() + os.sep)
 
     def code_folder(self) -> str:
         """Return the real path of code/, resolved once per workspace."""
@@ -265,15 +279,16 @@ class Workspace:
 
     def read_starter(self, starter_path: str, mark: Mark, problems: Problems) -> str | None:
         """Read one starter declared at `mark`, recording why not if it can't be."""
-        real = self.starter_file(starter_path)
-        if isinstance(real, str):
-            problems.add(mark, real)
+        found = self.starter_file(starter_path)
+        if isinstance(found, str):
+            problems.add(mark, found)
             return None
-        size = real.stat().st_size
-        if size > MAX_STARTER_BYTES:
-            problems.add(mark, f"starter {starter_path!r} is {size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
+        real, info = found
+        if info.st_size > MAX_STARTER_BYTES:
+            problems.add(mark, f"starter {starter_path!r} is {info.st_size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
             return None
-        text = self.read_text(real, starter_path, problems, mark)
+        # Its path is real, and inside code/: inside the project when code/ is.
+        text = self.read_text(real, starter_path, problems, mark, info=info, inside=self.code_inside())
         # A UTF-8 byte-order mark is valid Python but not text ast.parse takes; it holds no line.
         return text.removeprefix("\ufeff") if text is not None else None
 

@@ -116,3 +116,16 @@ def test_an_unchanged_site_is_said_built_without_the_build_and_every_edit_still_
 
     # --full always builds.
     assert "(2 rendered)" in run_infralens("build", "--full", cwd=sample_site).stdout
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("folder", ["code", "labs"])
+def test_a_folder_linked_out_of_the_project_is_still_refused_file_by_file(sample_site: Path, tmp_path: Path, folder: str) -> None:
+    # Starters (and manifests that are no links) are read without resolving each path again: the
+    # folder's own place is what decides, so code/ or labs/ linked elsewhere is refused as before.
+    elsewhere = tmp_path / f"elsewhere-{folder}"
+    (sample_site / folder).rename(elsewhere)
+    (sample_site / folder).symlink_to(elsewhere)
+    done = run_infralens("build", cwd=sample_site)
+    assert done.returncode == 1
+    assert "is a symlink to a file outside the project" in done.stderr, done.stderr
