@@ -453,9 +453,10 @@ class Workspace:
     def present(self, files: dict[str, "Stamp"]) -> dict[str, "Stamp"]:
         """Return the recorded files that are still in output/ exactly as the last build left them."""
         kept = {}
+        out = str(self.out)
         for path, stamp in files.items():
             try:
-                info = os.stat(self.out / path)
+                info = os.stat(os.path.join(out, path))
             except OSError:
                 continue
             if info.st_size == stamp.size and info.st_mtime_ns == stamp.mtime_ns:
@@ -463,15 +464,30 @@ class Workspace:
         return kept
 
     def strays(self, keep: set[str]) -> list[str]:
-        """Return the files in output/ that the site does not have (left by an older build or by hand)."""
-        out = str(self.out)
+        """Return the files in output/ that the site does not have (left by an older build or by hand).
+
+        As os.walk lists them (a link to a folder is neither a file nor followed), without working
+        out each folder's relative path again: a rebuild at 1,000 labs walks 2,000 folders.
+        """
         found = []
-        for folder, _, names in os.walk(out):
-            relative = os.path.relpath(folder, out)
-            for name in names:
-                path = name if relative == "." else f"{relative}/{name}".replace(os.sep, "/")
-                if path not in keep:
-                    found.append(path)
+        folders = [("", str(self.out))]
+        while folders:
+            relative, folder = folders.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue  # as os.walk: a folder that cannot be listed is passed over
+            for entry in entries:
+                path = f"{relative}/{entry.name}" if relative else entry.name
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    if path not in keep:
+                        found.append(path)
+                elif not entry.is_symlink():
+                    folders.append((path, entry.path))
         return found
 
     def commit(self, staging: "Staging", remove: Iterable[str]) -> dict[str, "Stamp"]:
