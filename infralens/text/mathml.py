@@ -12,9 +12,6 @@ import re
 from functools import lru_cache
 from xml.etree.ElementTree import Element, tostring
 
-from latex2mathml import exceptions as latex_errors
-from latex2mathml.converter import convert_to_element
-from latex2mathml.tokenizer import tokenize
 from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
@@ -26,21 +23,29 @@ class MalformedMath(ValueError):
 MATH_TOKENS = {"math_inline": False, "math_inline_double": True, "math_block": True}
 """markdown-it token types the dollarmath rules produce, and whether each is display math."""
 
-# latex2mathml's exceptions carry no message; this is what each one means to a writer.
-REASONS: dict[type[Exception], str] = {
-    latex_errors.NoAvailableTokensError: "it ends too early (a command is missing an argument, or \\left its \\right)",
-    latex_errors.MissingSuperScriptOrSubscriptError: "^ or _ has nothing after it",
-    latex_errors.ExtraLeftOrMissingRightError: "\\left and \\right do not pair up",
-    latex_errors.MissingEndError: "\\begin has no matching \\end",
-    latex_errors.DoubleSuperscriptsError: "double superscript",
-    latex_errors.DoubleSubscriptsError: "double subscript",
-    latex_errors.NumeratorNotFoundError: "a fraction has no numerator",
-    latex_errors.DenominatorNotFoundError: "a fraction has no denominator",
-    latex_errors.InvalidAlignmentError: "invalid column alignment",
-    latex_errors.InvalidStyleForGenfracError: "invalid \\genfrac style",
-    latex_errors.InvalidWidthError: "invalid width",
-    latex_errors.LimitsMustFollowMathOperatorError: "\\limits must follow an operator such as \\sum",
-}
+
+@lru_cache(maxsize=1)
+def reasons() -> dict[type[Exception], str]:
+    """What each of latex2mathml's exceptions means to a writer (they carry no message).
+
+    Loaded on the first formula: the package loads importlib.metadata as it is imported."""
+    from latex2mathml import exceptions as latex_errors
+
+    return {
+        latex_errors.NoAvailableTokensError: "it ends too early (a command is missing an argument, or \\left its \\right)",
+        latex_errors.MissingSuperScriptOrSubscriptError: "^ or _ has nothing after it",
+        latex_errors.ExtraLeftOrMissingRightError: "\\left and \\right do not pair up",
+        latex_errors.MissingEndError: "\\begin has no matching \\end",
+        latex_errors.DoubleSuperscriptsError: "double superscript",
+        latex_errors.DoubleSubscriptsError: "double subscript",
+        latex_errors.NumeratorNotFoundError: "a fraction has no numerator",
+        latex_errors.DenominatorNotFoundError: "a fraction has no denominator",
+        latex_errors.InvalidAlignmentError: "invalid column alignment",
+        latex_errors.InvalidStyleForGenfracError: "invalid \\genfrac style",
+        latex_errors.InvalidWidthError: "invalid width",
+        latex_errors.LimitsMustFollowMathOperatorError: "\\limits must follow an operator such as \\sum",
+    }
+
 
 REFUSED = frozenset({r"\href", r"\class", r"\style"})
 """Commands that copy their argument into an HTML attribute (a link, a class, inline CSS)."""
@@ -84,6 +89,10 @@ def to_mathml(latex: str, *, display: bool) -> str:
     """Convert one formula to a MathML `<math>` element; raise MalformedMath if it is not sound TeX."""
     if problem := brace_problem(latex):
         raise MalformedMath(problem)
+    # deferred: the converter loads ~40 ms of modules (its symbol table, xml.sax), and prose with no formula needs none
+    from latex2mathml.converter import convert_to_element
+    from latex2mathml.tokenizer import tokenize
+
     try:
         refused = sorted(REFUSED.intersection(tokenize(latex)))
         if refused:
@@ -92,7 +101,7 @@ def to_mathml(latex: str, *, display: bool) -> str:
     except MalformedMath:
         raise
     except Exception as exc:  # latex2mathml also fails with IndexError, StopIteration… on odd input
-        raise MalformedMath(REASONS.get(type(exc), f"latex2mathml cannot convert it ({type(exc).__name__})")) from exc
+        raise MalformedMath(reasons().get(type(exc), f"latex2mathml cannot convert it ({type(exc).__name__})")) from exc
     for node in element.iter("mtext"):
         # latex2mathml copies \text{…} verbatim, escapes included: "50\%" would show its backslash.
         node.text = node.text and _TEXT_ESCAPE.sub(r"\1", node.text)
