@@ -9,7 +9,10 @@ run's output alike. Patterns are checked with `re` syntax when the manifest is p
 
 from __future__ import annotations
 
-import regex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import regex
 
 MATCH_SECONDS = 2.0
 """How long one pattern may take to match a run's output."""
@@ -34,6 +37,8 @@ def search_output(pattern: str, output: str, seconds: float = MATCH_SECONDS) -> 
 
     Raise PatternTimeout when matching takes longer than `seconds`.
     """
+    import regex  # deferred: ~17 ms to load, and a build whose pages match no pattern needs none
+
     try:
         return regex.search(pattern, output, regex.MULTILINE, timeout=seconds)
     except TimeoutError:
