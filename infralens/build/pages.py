@@ -126,10 +126,14 @@ class SharedFiles:
         """Output path → key of every such file the site has."""
 
     def stage(self, path: str, key: str, make) -> None:
+        if self.due(path, key):
+            make(path)
+
+    def due(self, path: str, key: str) -> bool:
+        """Take the file's key; say whether it must be made (again)."""
         self.keys[path] = key
         recorded = self.state.shared.get(path)
-        if self.full or recorded is None or recorded[0] != key or path not in self.present:
-            make(path)
+        return self.full or recorded is None or recorded[0] != key or path not in self.present
 
 
 def write_shared(
@@ -150,7 +154,7 @@ def write_shared(
     in_order = sorted(units.values(), key=lambda u: u.card.number)
     stage_index(shared, ws, site, theme, in_order, staging)
     shared.stage(SITE_MARKER, digest(MARKER_TEXT), lambda path: staging.write(path, MARKER_TEXT))
-    stage_search_index(shared, ws, site, theme, in_order, staging)
+    stage_search_index(shared, ws, site, theme, in_order, staging, session)
     stage_assets(shared, theme, staging)
     stage_lab_files(shared, ws, units, staging, session)
     return shared.keys
@@ -169,28 +173,43 @@ def stage_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in
     shared.stage("index.html", index_key, index_file)
 
 
-def stage_search_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in_order: list[Unit], staging) -> None:
-    """The search index: chunks of CHUNK_LABS labs' documents (from the cache), and the script that lists them."""
-
-    def chunk_file(path: str, number: int, members: list[Unit]) -> None:
-        def partials():
-            for unit in members:
-                partial = ws.recall("search", unit.search_key)
-                if partial is None:  # lost from the cache: render the lab again for its documents
-                    use_context(RenderContext(ws, site, theme))
-                    render_task((unit, None))
-                    partial = ws.recall("search", unit.search_key)
-                yield partial
-
-        staging.write(path, chunk_script(number, partials()))
-
-    chunks = []
+def stage_search_index(shared: SharedFiles, ws: Workspace, site: Site, theme: Theme, in_order: list[Unit], staging, session: "Session") -> None:
+    """The search index: chunks of CHUNK_LABS labs' documents (from the cache), and the script that
+    lists them. The chunks to make are made in the workers when there are enough of them (each
+    merges its labs' documents: a cold build's last stretch of work on one core otherwise)."""
+    chunks, due = [], []
     for number, start in enumerate(range(0, len(in_order), CHUNK_LABS)):
         members = in_order[start : start + CHUNK_LABS]
         path = chunk_path(number)
         chunks.append(path)
-        shared.stage(path, digest(path, *(unit.search_key for unit in members)), lambda p, n=number, m=members: chunk_file(p, n, m))
+        if shared.due(path, digest(path, *(unit.search_key for unit in members))):
+            due.append((path, number, tuple(members)))
+    context = RenderContext(ws, site, theme)
+    for path, text in map_over(chunk_task, due, jobs=session.jobs, setup=partial(_WORKER.__setitem__, "context", context), least=CHUNKS_PARALLEL_FROM):
+        staging.write(path, text)
     shared.stage(SEARCH_INDEX, digest(*chunks), lambda path: staging.write(path, index_script(chunks)))
+
+
+CHUNKS_PARALLEL_FROM = 4
+"""Chunks of the search index to make before they are spread over the workers."""
+
+
+def chunk_task(task: tuple[str, int, tuple[Unit, ...]]) -> tuple[str, str]:
+    """Make one chunk of the search index from its labs' documents in the cache (rendering a lab
+    again for its documents if they were lost from it)."""
+    path, number, members = task
+    context: RenderContext = _WORKER["context"]  # type: ignore[assignment]
+
+    def partials():
+        for unit in members:
+            partial = context.ws.recall("search", unit.search_key)
+            if partial is None:  # lost from the cache: render the lab again for its documents
+                use_context(context)
+                render_task((unit, None))
+                partial = context.ws.recall("search", unit.search_key)
+            yield partial
+
+    return path, chunk_script(number, partials())
 
 
 def stage_assets(shared: SharedFiles, theme: Theme, staging) -> None:

@@ -19,8 +19,8 @@ PARALLEL_FROM = 24
 """Below this many labs to parse or render, a pool of processes costs more than it saves."""
 
 
-def map_over(function, items: list, *, jobs: int, setup: Callable[[], None] | None = None) -> Iterator:
-    """Apply function to every item, in up to `jobs` worker processes when there are enough items.
+def map_over(function, items: list, *, jobs: int, setup: Callable[[], None] | None = None, least: int = PARALLEL_FROM) -> Iterator:
+    """Apply function to every item, in up to `jobs` worker processes when there are at least `least` items.
 
     `setup` runs first in this process and in each worker (the render context, say).
     """
@@ -28,7 +28,7 @@ def map_over(function, items: list, *, jobs: int, setup: Callable[[], None] | No
         return iter(())
     if setup is not None:
         setup()
-    if len(items) < PARALLEL_FROM or jobs < 2:
+    if len(items) < least or jobs < 2:
         return map(function, items)
     return pool_map(function, items, jobs, setup)
 
