@@ -95,11 +95,15 @@ def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
     unit, lab = task
     context: RenderContext = _WORKER["context"]  # type: ignore[assignment]
     renderer = _WORKER["renderer"]
-    if lab is None:
-        lab = parse_one(unit.manifest)
-        if isinstance(lab, InputError):
-            return Outcome(unit.card.id, {}, lab.problems)
-    sources = {path: highlighted(context.ws, path, text) for path, text in unit.sources}
+    try:
+        texts = texts_of(context.ws, unit)
+        if lab is None:
+            lab = parse_one(replace(unit.manifest, text=context.ws.manifest_text(unit.manifest)))
+    except InputError as exc:
+        return Outcome(unit.card.id, {}, exc.problems)
+    if isinstance(lab, InputError):
+        return Outcome(unit.card.id, {}, lab.problems)
+    sources = {path: highlighted(context.ws, path, text) for path, text in texts}
     problems = Problems()
     excerpt = resolve_excerpt(lab, sources, problems)
     if excerpt is None or problems:
@@ -112,8 +116,13 @@ def render_task(task: tuple[Unit, Lab | None]) -> Outcome:
     files = {page.path: page.html for page in pages}
     if context.ws.recall("search", unit.search_key) is None:
         # The search documents go to the cache, not back to the caller: the index is merged from there.
-        context.ws.store("search", unit.search_key, lab_partial(context.site, resolved, tuple(text for _, text in unit.sources)))
+        context.ws.store("search", unit.search_key, lab_partial(context.site, resolved, tuple(text for _, text in texts)))
     return Outcome(lab.id, files, [])
+
+
+def texts_of(ws: Workspace, unit: Unit) -> tuple[tuple[str, str], ...]:
+    """(path, text) of each of a lab's starters, reading those the build took as the last one read them."""
+    return tuple((path, text if text is not None else ws.starter_text(path)) for path, text in unit.sources)
 
 
 class SharedFiles:
@@ -233,7 +242,7 @@ def stage_lab_files(shared: SharedFiles, ws: Workspace, units: dict[str, Unit], 
     store = ResultStore(ws.runs_folder())
     for unit in units.values():
         for (path, text), text_digest in zip(unit.sources, unit.source_digests):
-            shared.stage(path, text_digest, lambda p, t=text: staging.write(p, t))
+            shared.stage(path, text_digest, lambda p, t=text: staging.write(p, t if t is not None else ws.starter_text(p)))
         for (starter_path, device), result in unit.runs:
             starter = next(s for s in unit.card.starters if s.path == starter_path)
             key = session.run_key(ws, starter, next(run for run in starter.runs if run.device == device))

@@ -24,7 +24,7 @@ from infralens.build.session import Session
 from infralens.build.workers import stop_if_asked
 from infralens.errors import InputError, Mark, Problem
 from infralens.project import unchanged
-from infralens.project.workspace import SITE_MARKER, Workspace
+from infralens.project.workspace import SITE_MARKER, Seen, Workspace
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -58,7 +58,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     with ws.lock():
         try:
             session = session or Session()
-            summary, stamped = _build(ws, strict=strict, full=full, session=session, started=started)
+            summary, stamped = _build(ws, strict=strict, full=full, session=session, started=started, started_ns=started_ns)
             if not session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
                 inputs, outputs = stamped()
                 unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
@@ -68,7 +68,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
             raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
 
 
-def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float) -> tuple[BuildSummary, Callable[[], tuple[list[str], list[str]]]]:
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float, started_ns: int) -> tuple[BuildSummary, Callable[[], tuple[list[str], list[str]]]]:
     """Build; return the summary, and how to list the paths the build was made from and those it
     left (for `unchanged`: the next build that finds them all as they were has nothing to do)."""
     state = session.state_for(ws)
@@ -77,7 +77,8 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     if not (state.units or state.shared):
         ws.check_not_foreign(SITE_MARKER)
     site_state = state.site
-    read, units = prepare(ws, state, session)
+    seen = Seen({} if full else state.seen, started_ns)
+    read, units = prepare(ws, state, session, seen)
     site, theme = read.site, read.theme
     kept = {lab_id: record for lab_id, record in state.units.items() if not full and lab_id in units and record.key == units[lab_id].key}
     present = ws.present({path: stamp for record in kept.values() for path, stamp in record.files.items()})
@@ -117,9 +118,10 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
             del state.units[lab_id]
     state.shared = {path: (key, stamps.get(path) or state.shared[path][1]) for path, key in shared.items()}
     cards_by_digest = {digest_manifest(m): read.cards[m.lab_id] for m in read.manifests}
-    if written or removed or cards_by_digest != state.cards or session.run_keys != state.run_keys or state.site is not site_state:
+    if written or removed or cards_by_digest != state.cards or session.run_keys != state.run_keys or state.site is not site_state or seen.now != state.seen:
         state.cards = cards_by_digest
         state.run_keys = session.run_keys
+        state.seen = seen.now
         session.save_state(ws, state)
     elif session.keep_state:
         session.save_state(ws, state)
@@ -163,7 +165,8 @@ def left(ws: Workspace, produced: set[str], session: "Session") -> list[str]:
     return [out, *inside, str(ws.cache_path("state", session.state_key(ws)))]
 
 
-def prepare(ws: Workspace, state: BuildState, session: "Session") -> tuple[Snapshot, dict[str, Unit]]:
-    """Read the project once and key every lab's share of the build: all a build does before rendering."""
-    read = read_snapshot(ws, state, session)
+def prepare(ws: Workspace, state: BuildState, session: "Session", seen: Seen | None = None) -> tuple[Snapshot, dict[str, Unit]]:
+    """Read the project once and key every lab's share of the build: all a build does before
+    rendering. With `seen`, a file as the last build read it is not read again."""
+    read = read_snapshot(ws, state, session, seen)
     return read, plan(read.site, list(read.manifests), read.cards, read.starters, read.runs, read.theme.key)

@@ -14,7 +14,7 @@ from infralens.model.lab import LabCard
 from infralens.model.run import RunResult
 from infralens.model.site import Site
 from infralens.project.commit import Stamp
-from infralens.project.workspace import Manifest, digest
+from infralens.project.workspace import FileStamp, Manifest, digest
 
 
 @dataclass
@@ -40,6 +40,8 @@ class BuildState:
     run_keys: dict[tuple[str, str], tuple[tuple, str]] = field(default_factory=dict)
     """(starter, run spec) → ((folder stamp, run environment), run key): a key is hashed again only
     when the starter's folder or what every key depends on changed."""
+    seen: dict[tuple[str, str], tuple[FileStamp, str]] = field(default_factory=dict)
+    """What the last build read: (kind, path) → (file stamp, digest); see `workspace.Seen`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -48,8 +50,9 @@ class Unit:
 
     manifest: Manifest
     card: LabCard
-    sources: tuple[tuple[str, str], ...]
-    """(path, text) of each of the lab's starters."""
+    sources: tuple[tuple[str, str | None], ...]
+    """(path, text) of each of the lab's starters; the text is None for a starter as the last build
+    read it (`Workspace.starter_text` reads it, see `pages.texts_of`)."""
     source_digests: tuple[str, ...]
     """A hash of each starter's text, in the order of `sources`, computed once as it was read."""
     runs: tuple[tuple[tuple[str, str], RunResult], ...]
@@ -81,7 +84,7 @@ NAV_WINDOW = 5
 
 
 def plan(
-    site: Site, manifests: list[Manifest], cards: dict[str, LabCard], starters: dict[str, tuple[str, str]], runs: dict[tuple[str, str], RunResult], theme_key: str
+    site: Site, manifests: list[Manifest], cards: dict[str, LabCard], starters: dict[str, tuple[str | None, str]], runs: dict[tuple[str, str], RunResult], theme_key: str
 ) -> dict[str, Unit]:
     """Key each lab's share of the build by everything its pages and search documents are made from."""
     ordered = sorted(cards.values(), key=lambda card: card.number)

@@ -19,7 +19,7 @@ from infralens.model.lab import Lab, LabCard, card_of
 from infralens.model.parse import parse_lab, parse_site
 from infralens.model.run import RunResult
 from infralens.model.site import Site
-from infralens.project.workspace import Manifest, Workspace, digest
+from infralens.project.workspace import Manifest, Seen, Workspace, digest
 from infralens.text.source import SourceFile
 
 
@@ -34,25 +34,27 @@ class Snapshot:
     """A card per lab id: parsed in this build, or kept from the last by its manifest's digest."""
     parsed: dict[str, Lab]
     """The labs parsed in this build, by id (the others are parsed where they are rendered)."""
-    starters: dict[str, tuple[str, str]]
-    """Starter path → (text, digest of the text)."""
+    starters: dict[str, tuple[str | None, str]]
+    """Starter path → (text, digest of the text); the text is None for a starter as the last build
+    read it (`Workspace.starter_text` reads it when its lab is rendered again)."""
     runs: dict[tuple[str, str], RunResult]
     """The stored result of each run of each starter's current version, by (path, device)."""
     theme: Theme
 
 
-def read_snapshot(ws: Workspace, state: BuildState, session: Session) -> Snapshot:
+def read_snapshot(ws: Workspace, state: BuildState, session: Session, seen: Seen | None = None) -> Snapshot:
     """Read and check the project: site.yml, the manifests (parsing those that changed), the
-    starters, their recorded runs and the theme; raise InputError with every problem."""
-    site, manifests, cards, parsed = read_and_parse(ws, state, session)
-    starters = read_starters(ws, cards)
+    starters, their recorded runs and the theme; raise InputError with every problem. With `seen`,
+    a manifest or starter whose stamp is what the last build read is not read again."""
+    site, manifests, cards, parsed = read_and_parse(ws, state, session, seen)
+    starters = read_starters(ws, cards, seen)
     return Snapshot(
         site=site, manifests=tuple(manifests), cards=cards, parsed=parsed, starters=starters,
         runs=recorded_runs(ws, cards, session), theme=session.theme(ws),
     )
 
 
-def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:
+def read_and_parse(ws: Workspace, state: BuildState, session: "Session", seen: Seen | None = None) -> tuple[Site, list[Manifest], dict[str, LabCard], dict[str, Lab]]:
     """Read site.yml and every manifest; parse the manifests that changed since the last build.
 
     Returns the site, the manifests, a card per lab id, and the labs parsed in this build by id.
@@ -67,15 +69,18 @@ def read_and_parse(ws: Workspace, state: BuildState, session: "Session") -> tupl
             state.site = (site_key, site)
         except InputError as exc:
             problems.extend(exc.problems)
-    manifests = ws.read_manifests(problems)
+    manifests = ws.read_manifests(problems, seen)
     cards: dict[str, LabCard] = {}
     to_parse = []
     for manifest in manifests:
         card = state.cards.get(digest_manifest(manifest))
         if card is not None and card.path == manifest.path:
             cards[manifest.lab_id] = card
-        else:
-            to_parse.append(manifest)
+            continue
+        try:
+            to_parse.append(replace(manifest, text=ws.manifest_text(manifest)))
+        except InputError as exc:
+            problems.extend(exc.problems)
     parsed: dict[str, Lab] = {}
     for result in session.map(parse_one, to_parse):
         if isinstance(result, InputError):
@@ -95,7 +100,8 @@ def digest_manifest(manifest: Manifest) -> str:
 
 
 def parse_one(manifest: Manifest) -> Lab | InputError:
-    """Parse one manifest (in a worker process when there are many)."""
+    """Parse one manifest, its text read (in a worker process when there are many)."""
+    assert manifest.text is not None
     try:
         return parse_lab(manifest.path, manifest.lab_id, manifest.text)
     except InputError as exc:
@@ -116,10 +122,11 @@ def check_cards(site: Site, cards: list[LabCard], problems: Problems) -> None:
             by_number[card.number] = card
 
 
-def read_starters(ws: Workspace, cards: dict[str, LabCard]) -> dict[str, tuple[str, str]]:
-    """Read every starter the labs declare: path → (text, digest of the text)."""
+def read_starters(ws: Workspace, cards: dict[str, LabCard], seen: Seen | None = None) -> dict[str, tuple[str | None, str]]:
+    """Read every starter the labs declare: path → (text, digest of the text); with `seen`, the
+    text of a starter as the last build read it is None."""
     problems = Problems()
-    texts: dict[str, tuple[str, str]] = {}
+    texts: dict[str, tuple[str | None, str]] = {}
     owners: dict[str, LabCard] = {}
     for card in cards.values():
         for starter in card.starters:
@@ -129,9 +136,9 @@ def read_starters(ws: Workspace, cards: dict[str, LabCard]) -> dict[str, tuple[s
                     problems.add(starter.mark, f"starter {starter.path!r} is already a starter of {other.id}; a starter belongs to one lab")
                 continue
             owners[starter.path] = card
-            text = ws.read_starter(starter.path, starter.mark, problems)
-            if text is not None:
-                texts[starter.path] = (text, digest(text))
+            found = ws.read_starter(starter.path, starter.mark, problems, seen)
+            if found is not None:
+                texts[starter.path] = found
     problems.raise_if_any()
     return texts
 
@@ -191,6 +198,6 @@ def load_project(site_path: Path, cache_dir: Path | None = None) -> Project:
     ws = Workspace.open(site_path, cache_dir=cache_dir)
     site, manifests, cards, parsed = read_and_parse(ws, BuildState(), Session(jobs=1))
     texts = read_starters(ws, cards)
-    sources = {path: highlighted(ws, path, text) for path, (text, _) in texts.items()}
+    sources = {path: highlighted(ws, path, text) for path, (text, _) in texts.items() if text is not None}
     labs = tuple(sorted(parsed.values(), key=lambda lab: lab.number))
-    return Project(root=ws.root, site=site, labs=labs, sources=sources, manifests={manifest.lab_id: manifest.text for manifest in manifests})
+    return Project(root=ws.root, site=site, labs=labs, sources=sources, manifests={manifest.lab_id: ws.manifest_text(manifest) for manifest in manifests})

@@ -18,7 +18,7 @@ from infralens.build.workers import map_over
 from infralens.check import results
 from infralens.project.workspace import Workspace, digest, packaged_theme
 
-STATE_FORMAT = "build-state-1"
+STATE_FORMAT = "build-state-2"
 """Version of BuildState's layout, part of the key it is stored under: a new layout starts afresh."""
 
 
@@ -34,9 +34,9 @@ class Theme:
 
 
 PACKAGE = Path(__file__).resolve().parent.parent
-MODEL_SOURCES = (*sorted((PACKAGE / "model").glob("*.py")), PACKAGE / "text" / "source.py")
-"""The modules whose classes a build state pickles: the records of the model family, and the
-highlighted source files."""
+MODEL_SOURCES = (*sorted((PACKAGE / "model").glob("*.py")), PACKAGE / "text" / "source.py", PACKAGE / "build" / "plan.py")
+"""The modules whose classes a build state pickles: the records of the model family, the
+highlighted source files, and the state itself."""
 
 
 @lru_cache(maxsize=None)

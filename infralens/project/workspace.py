@@ -33,7 +33,7 @@ from typing import Any, Iterable
 from infralens.errors import InputError, Mark, Problem, Problems
 from infralens.model.site import ID_PATTERN
 from infralens.project.commit import Staging, Stamp, atomic_write
-from infralens.project.unchanged import CACHE_ENV, cache_folder
+from infralens.project.unchanged import CACHE_ENV, RACY_NS, cache_folder
 
 SITE_MARKER = ".infralens-site"
 """A file every build writes into output/: a folder without it (and without a build on record) holds
@@ -93,9 +93,53 @@ class Manifest:
 
     path: str
     lab_id: str
-    text: str
+    text: str | None
+    """None when the file is as the last build read it (see Seen): `Workspace.manifest_text` reads it."""
     key: str
     """A hash of the path and text, computed once."""
+    file: str = ""
+    """Where the file is read from."""
+
+
+FileStamp = tuple[int, int, int, int, int]
+"""(size, mtime_ns, ctime_ns, inode, device) of a file read."""
+
+
+@dataclass
+class Seen:
+    """What the last build read, by file stamp, as git's index keeps it: a manifest or starter whose
+    stamp is what it was then has the same text, so its digest comes from here and the file is read
+    only when its lab is rendered again. A build at N labs reads what changed, not N files.
+
+    A file younger than RACY_NS when it was read is not kept: a change within the same clock tick
+    could keep its stamp (as in project/unchanged.py). The ctime catches a change that kept the
+    mtime; no tool sets a ctime back.
+    """
+
+    before: dict[tuple[str, str], tuple[FileStamp, str]]
+    """(kind, path) → (stamp, digest) from the last build."""
+    started_ns: int
+    """When this build started, by the clock file stamps are read against."""
+    now: dict[tuple[str, str], tuple[FileStamp, str]] = field(default_factory=dict)
+    """What this build read, for the next."""
+
+    @staticmethod
+    def stamp(info: os.stat_result) -> FileStamp:
+        return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev)
+
+    def known(self, kind: str, path: str, info: os.stat_result) -> str | None:
+        """The digest of a file the last build read with the same stamp, or None."""
+        entry = self.before.get((kind, path))
+        if entry is None or entry[0] != self.stamp(info):
+            return None
+        self.now[kind, path] = entry
+        return entry[1]
+
+    def learn(self, kind: str, path: str, info: os.stat_result, value: str) -> None:
+        """Keep what a file read now hashed to, unless it is too young to trust its stamp."""
+        recent = self.started_ns - RACY_NS
+        if info.st_mtime_ns < recent and info.st_ctime_ns < recent:
+            self.now[kind, path] = (self.stamp(info), value)
 
 
 @dataclass(kw_only=True)
@@ -193,8 +237,9 @@ class Workspace:
         assert text is not None
         return shown, text
 
-    def read_manifests(self, problems: Problems) -> list[Manifest]:
-        """Return every labs/*.yml (and *.yaml) with a valid, unique lab id, in file-name order."""
+    def read_manifests(self, problems: Problems, seen: Seen | None = None) -> list[Manifest]:
+        """Return every labs/*.yml (and *.yaml) with a valid, unique lab id, in file-name order;
+        with `seen`, a manifest as the last build read it is not read again (its text is None)."""
         labs_dir = self.root / "labs"
         found = sorted(labs_dir.glob("*.yml")) + sorted(labs_dir.glob("*.yaml"))
         if not found:
@@ -218,10 +263,28 @@ class Workspace:
             except OSError:
                 info = None  # read_text says why
             plain = labs_inside and info is not None and not stat.S_ISLNK(info.st_mode)
+            file = str(path)
+            if plain and seen is not None and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_PROJECT_FILE_BYTES:
+                key = seen.known("manifest", file, info)
+                if key is not None:
+                    manifests.append(Manifest(shown, path.stem, None, key, file))
+                    continue
             text = self.read_text(path, shown, problems, info=info if plain else None, inside=plain)
             if text is not None:
-                manifests.append(Manifest(shown, path.stem, text, digest(shown, text)))
+                manifests.append(Manifest(shown, path.stem, text, digest(shown, text), file))
+                if plain and seen is not None:
+                    seen.learn("manifest", file, info, manifests[-1].key)
         return manifests
+
+    def manifest_text(self, manifest: Manifest) -> str:
+        """A manifest's text: as read, or read now when the build took it as the last one read it."""
+        if manifest.text is not None:
+            return manifest.text
+        problems = Problems()
+        text = self.read_text(Path(manifest.file), manifest.path, problems)
+        problems.raise_if_any()
+        assert text is not None
+        return text
 
     def starter_file(self, starter_path: str) -> tuple[Path, os.stat_result] | str:
         """Return a starter's real path and its stat, or why it is not an allowed starter path."""
@@ -277,8 +340,10 @@ class Workspace:
             self.code_real = os.path.realpath(os.path.join(self.root, "code"))
         return self.code_real
 
-    def read_starter(self, starter_path: str, mark: Mark, problems: Problems) -> str | None:
-        """Read one starter declared at `mark`, recording why not if it can't be."""
+    def read_starter(self, starter_path: str, mark: Mark, problems: Problems, seen: Seen | None = None) -> tuple[str | None, str] | None:
+        """Read one starter declared at `mark`: (its text, the digest of its text), recording why not
+        if it can't be. With `seen`, a starter as the last build read it is not read again: its
+        text is None (`starter_text` reads it)."""
         found = self.starter_file(starter_path)
         if isinstance(found, str):
             problems.add(mark, found)
@@ -287,10 +352,29 @@ class Workspace:
         if info.st_size > MAX_STARTER_BYTES:
             problems.add(mark, f"starter {starter_path!r} is {info.st_size:,} bytes; a starter is code to read, at most {MAX_STARTER_BYTES:,}")
             return None
+        inside = self.code_inside()
+        if seen is not None and inside:
+            known = seen.known("starter", str(real), info)
+            if known is not None:
+                return None, known
         # Its path is real, and inside code/: inside the project when code/ is.
-        text = self.read_text(real, starter_path, problems, mark, info=info, inside=self.code_inside())
+        text = self.read_text(real, starter_path, problems, mark, info=info, inside=inside)
+        if text is None:
+            return None
         # A UTF-8 byte-order mark is valid Python but not text ast.parse takes; it holds no line.
-        return text.removeprefix("\ufeff") if text is not None else None
+        text = text.removeprefix("\ufeff")
+        text_digest = digest(text)
+        if seen is not None and inside:
+            seen.learn("starter", str(real), info, text_digest)
+        return text, text_digest
+
+    def starter_text(self, starter_path: str) -> str:
+        """A starter's text, read now (for a starter the build took as the last one read it)."""
+        problems = Problems()
+        found = self.read_starter(starter_path, Mark(starter_path), problems)
+        problems.raise_if_any()
+        assert found is not None and found[0] is not None
+        return found[0]
 
     def theme_dirs(self, packaged: Path) -> tuple[Path, ...]:
         """Return the template folders, most specific first: the site's own templates/, then the packaged theme."""
