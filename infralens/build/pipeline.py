@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from infralens.build.pages import check_site_links, render_units, write_shared
 from infralens.build.plan import BuildState, Unit, UnitRecord, plan
@@ -25,6 +25,7 @@ from infralens.build.workers import stop_if_asked
 from infralens.errors import InputError, Mark, Problem
 from infralens.project import unchanged
 from infralens.project.workspace import SITE_MARKER, Seen, Workspace
+from infralens.text import mathml
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -55,6 +56,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
     started = time.perf_counter()
     started_ns = time.time_ns()  # the clock file stamps are read against (see project/unchanged.py)
     ws.check_out_dir()
+    mathml.keep_in(ws.cache / "mathml")
     with ws.lock():
         try:
             session = session or Session()
@@ -68,7 +70,7 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
             raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
 
 
-def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float, started_ns: int) -> tuple[BuildSummary, Callable[[], tuple[list[str], list[str]]]]:
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float, started_ns: int) -> tuple[BuildSummary, Callable[[], tuple[Iterator[str], Iterator[str]]]]:
     """Build; return the summary, and how to list the paths the build was made from and those it
     left (for `unchanged`: the next build that finds them all as they were has nothing to do)."""
     state = session.state_for(ws)
@@ -130,30 +132,34 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
     return summary, lambda: (made_from(ws, read, units, session), left(ws, produced, session))
 
 
-def made_from(ws: Workspace, read: Snapshot, units: dict[str, Unit], session: "Session") -> list[str]:
+def made_from(ws: Workspace, read: Snapshot, units: dict[str, Unit], session: "Session") -> Iterator[str]:
     """Every path a build read: site.yml, labs/, each starter's folder and the folders above it,
-    the stored runs and their artifacts, the theme, and the tool itself."""
+    the stored runs and their artifacts, the theme, and the tool itself; listed as they are asked
+    for (the record stops at the first input too young to trust)."""
     root, code = str(ws.root), os.path.join(str(ws.root), "code")
     # templates/ is named even when there is none: a site's own theme, once added, is read
-    paths = [str(ws.site_file), os.path.join(root, "templates"), *unchanged.tree(os.path.join(root, "labs")), code, *unchanged.tool_paths()]
+    yield from (str(ws.site_file), os.path.join(root, "templates"))
+    yield from unchanged.tree(os.path.join(root, "labs"))
+    yield code
     folders = {os.path.dirname(os.path.join(root, starter.path)) for unit in units.values() for starter in unit.card.starters}
     for folder in sorted(folders):
         above = os.path.dirname(folder)
         while len(above) > len(code):  # the folders between code/ and the starter's: a link there moves it
-            paths.append(above)
+            yield above
             above = os.path.dirname(above)
-        paths += unchanged.tree(folder)
+        yield from unchanged.tree(folder)
     runs = str(ws.runs_folder())
-    paths.append(runs)
+    yield runs
     for _, key in session.run_keys.values():
-        paths += unchanged.tree(os.path.join(runs, key))
+        yield from unchanged.tree(os.path.join(runs, key))
     for folder in read.theme.dirs:
-        paths += unchanged.tree(str(folder))
-    return paths
+        yield from unchanged.tree(str(folder))
+    yield from unchanged.tool_paths()
 
 
-def left(ws: Workspace, produced: set[str], session: "Session") -> list[str]:
-    """Every path a build left: output/ with each folder and file, and the build state."""
+def left(ws: Workspace, produced: set[str], session: "Session") -> Iterator[str]:
+    """Every path a build left: output/ with each folder and file, and the build state (listed
+    when asked for: a record that ends at a young input needs none)."""
     out = str(ws.out)
     folders: set[str] = set()
     for path in produced:
@@ -161,8 +167,9 @@ def left(ws: Workspace, produced: set[str], session: "Session") -> list[str]:
         while parent and parent not in folders:
             folders.add(parent)
             parent = os.path.dirname(parent)
-    inside = [os.path.join(out, path) for path in (*sorted(folders), *sorted(produced))]
-    return [out, *inside, str(ws.cache_path("state", session.state_key(ws)))]
+    yield out
+    yield from (os.path.join(out, path) for path in (*sorted(folders), *sorted(produced)))
+    yield str(ws.cache_path("state", session.state_key(ws)))
 
 
 def prepare(ws: Workspace, state: BuildState, session: "Session", seen: Seen | None = None) -> tuple[Snapshot, dict[str, Unit]]:

@@ -92,6 +92,7 @@ def plan(
     tracks_key = digest(repr(site.tracks))
     by_id = {m.lab_id: m for m in manifests}
     navs = navigation(site, ordered)
+    names = {card.id: named(card) for card in ordered}
     units = {}
     for card in ordered:
         manifest = by_id[card.id]
@@ -100,18 +101,23 @@ def plan(
         source_key = digest(*(f"{s.path}\0{starters[s.path][1]}" for s in card.starters))
         search_key = digest(__version__, "search", tracks_key, manifest.key, source_key)
         nav = navs[card.id]
-        key = digest(site_key, manifest.key, source_key, repr(lab_runs), nav_key(nav))
+        key = digest(site_key, manifest.key, source_key, repr(lab_runs), nav_key(nav, names))
         digests = tuple(starters[s.path][1] for s in card.starters)
         units[card.id] = Unit(manifest=manifest, card=card, sources=sources, source_digests=digests, runs=lab_runs, nav=nav, key=key, search_key=search_key)
     return units
 
 
-def nav_key(nav: Nav) -> str:
-    """Hash what a lab page shows of its neighbours: their ids, numbers, titles and question counts, and the track."""
-    def named(card: LabCard | None) -> str:
-        return f"{card.id}\0{card.number}\0{card.title}\0{card.questions}" if card else "-"
+def named(card: LabCard) -> str:
+    """What a lab page shows of a neighbour: its id, number, title and question count."""
+    return f"{card.id}\0{card.number}\0{card.title}\0{card.questions}"
 
-    return digest(nav.track_title, str(nav.before), str(nav.after), named(nav.previous), named(nav.next), repr(nav.other_tracks), *map(named, nav.window))
+
+def nav_key(nav: Nav, names: dict[str, str]) -> str:
+    """Hash what a lab page shows of its neighbours (`names`: each card's `named`, made once) and the track."""
+    def name(card: LabCard | None) -> str:
+        return names[card.id] if card else "-"
+
+    return digest(nav.track_title, str(nav.before), str(nav.after), name(nav.previous), name(nav.next), repr(nav.other_tracks), *(names[card.id] for card in nav.window))
 
 
 def navigation(site: Site, ordered: list[LabCard]) -> dict[str, Nav]:

@@ -8,6 +8,7 @@ since the last build (a manifest's card is kept by its digest) and reports every
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 from infralens import __version__
@@ -96,7 +97,13 @@ def read_and_parse(ws: Workspace, state: BuildState, session: "Session", seen: S
 
 
 def digest_manifest(manifest: Manifest) -> str:
-    return digest(__version__, manifest.key)
+    """The key a manifest's card is kept under in the build state."""
+    return card_key(manifest.key)
+
+
+@lru_cache(maxsize=16384)  # asked twice per manifest in a build
+def card_key(manifest_key: str) -> str:
+    return digest(__version__, manifest_key)
 
 
 def parse_one(manifest: Manifest) -> Lab | InputError:

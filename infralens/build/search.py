@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from array import array
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePosixPath
@@ -245,23 +244,24 @@ def lab_partial(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> Pa
     return Partial(docs, tuple(token_weights(doc) for doc in docs))
 
 
-def postings(partials: Iterable[Partial], docs: list[Document]) -> dict[str, array]:
-    """Map each token to [document id, weight, document id, weight, …], ids ascending.
+def postings(partials: Iterable[Partial], docs: list[Document]) -> dict[str, list[str]]:
+    """Map each token to its postings, "document id,weight" each, ids ascending.
 
-    Appends every document to `docs` as it goes, so partials can be read one at a time.
+    Appends every document to `docs` as it goes, so partials can be read one at a time. The pairs
+    are text already: a chunk of 64 labs has some 40,000 of them, and they are only ever written out.
     """
-    index: dict[str, array] = {}
+    index: dict[str, list[str]] = {}
     for lab in partials:
         for doc, weights in zip(lab.docs, lab.weights):
             doc_id = len(docs)
             docs.append(doc)
             for token, weight in weights:
+                pair = f"{doc_id},{weight}"
                 entry = index.get(token)
                 if entry is None:
-                    index[token] = array("i", (doc_id, weight))
+                    index[token] = [pair]
                 else:
-                    entry.append(doc_id)
-                    entry.append(weight)
+                    entry.append(pair)
     return index
 
 
@@ -294,7 +294,7 @@ def chunk_script(number: int, partials: Iterable[Partial]) -> str:
         "/* A chunk of the site's search index, written by infralens build (infralens/build/search.py). */\n"
         f"(window.InfraLensSearchChunks = window.InfraLensSearchChunks || {{}})[{number}] = {{\n"
         '"docs":[\n' + ",\n".join(_dump([d.title, d.crumb, d.url, d.snippet]) for d in docs) + "],\n"
-        '"terms":[\n' + ",\n".join(f'[{_dump(token)},[{",".join(map(str, index[token]))}]]' for token in sorted(index)) + "]};\n"
+        '"terms":[\n' + ",\n".join(f'[{_dump(token)},[{",".join(index[token])}]]' for token in sorted(index)) + "]};\n"
     )
 
 

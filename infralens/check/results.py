@@ -20,7 +20,6 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 
 from infralens.child import RECORDERS
@@ -40,6 +39,8 @@ def installed_version(package: str) -> str:
     Kept for the life of the process: reading package metadata costs milliseconds a call, and
     `serve` asks for every starter on every rebuild.
     """
+    from importlib import metadata  # deferred: ~20 ms of modules, and a build of labs without runs asks for no version
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -23,7 +23,7 @@ import os
 import pickle
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 FORMAT = "unchanged-1"
 """Version of the record's layout, part of its key."""
@@ -92,13 +92,20 @@ def forget(site_path: Path, out_dir: Path, cache: Path, strict: bool) -> None:
 
 def remember(site_path: Path, out_dir: Path, cache: Path, strict: bool, labs: int, inputs: Iterable[str], outputs: Iterable[str], started_ns: int) -> bool:
     """Record the stamps of a finished build's inputs and outputs; False (and no record) when an
-    input is too young to trust (see RACY_NS) or the record cannot be written."""
-    paths = list(dict.fromkeys(inputs))
-    stamps = [stamp(path) for path in paths]
+    input is too young to trust (see RACY_NS) or the record cannot be written.
+
+    The inputs and outputs are taken one at a time: the first young input ends it (a build just
+    after an edit lists and stats nothing more)."""
+    paths: list[str] = []
+    stamps: list[Stamp] = []
     recent = started_ns - RACY_NS
-    if any(s is not None and (s[3] >= recent or s[4] >= recent) for s in stamps):
-        forget(site_path, out_dir, cache, strict)
-        return False
+    for path in distinct(inputs):
+        found = stamp(path)
+        if found is not None and (found[3] >= recent or found[4] >= recent):
+            forget(site_path, out_dir, cache, strict)
+            return False
+        paths.append(path)
+        stamps.append(found)
     for path in dict.fromkeys(outputs):
         paths.append(path)
         stamps.append(stamp(path))
@@ -111,6 +118,15 @@ def remember(site_path: Path, out_dir: Path, cache: Path, strict: bool, labs: in
     except OSError:
         return False
     return True
+
+
+def distinct(paths: Iterable[str]) -> Iterator[str]:
+    """Each path once, in order, as they come."""
+    seen: set[str] = set()
+    for path in paths:
+        if path not in seen:
+            seen.add(path)
+            yield path
 
 
 def tree(folder: str) -> list[str]:

@@ -42,12 +42,19 @@ someone else's files, which a build would remove as strays, so it is refused."""
 MARKER_TEXT = "Written by `infralens build`, which removes any file in this folder that the site does not have.\n"
 
 def digest(*parts: str | bytes) -> str:
-    """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc')."""
-    hasher = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        hasher.update(part.encode() if isinstance(part, str) else part)
-        hasher.update(b"\0")
-    return hasher.hexdigest()
+    """Hash some texts into a short hex key; the parts are separated so ('ab', 'c') != ('a', 'bc').
+
+    Each part is followed by a NUL byte; texts alone are joined and hashed in one call (the same
+    bytes, so the same key: a build hashes some thousands of keys)."""
+    try:
+        joined = "\0".join(parts) + "\0" if parts else ""  # type: ignore[arg-type]
+        return hashlib.blake2b(joined.encode(), digest_size=16).hexdigest()
+    except TypeError:  # bytes among the parts
+        hasher = hashlib.blake2b(digest_size=16)
+        for part in parts:
+            hasher.update(part.encode() if isinstance(part, str) else part)
+            hasher.update(b"\0")
+        return hasher.hexdigest()
 
 
 MAX_STARTER_BYTES = 1 << 20
@@ -64,6 +71,8 @@ STARTER_SUFFIXES = frozenset(
 or .xml file there would be a page of the site that runs whatever script it holds."""
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
+
+LAB_ID = re.compile(ID_PATTERN)
 """The characters a starter path may use: the site serves it at that path and links to it by name."""
 
 
@@ -241,37 +250,48 @@ class Workspace:
         """Return every labs/*.yml (and *.yaml) with a valid, unique lab id, in file-name order;
         with `seen`, a manifest as the last build read it is not read again (its text is None)."""
         labs_dir = self.root / "labs"
-        found = sorted(labs_dir.glob("*.yml")) + sorted(labs_dir.glob("*.yaml"))
+        try:
+            names = os.listdir(labs_dir)
+        except OSError:
+            names = []
+        # what labs_dir.glob("*.yml") and then "*.yaml" find, each sorted, as (name, stem): a build
+        # at a thousand labs makes no Path per manifest
+        found = [
+            (name, name[: -len(suffix)] if len(name) > len(suffix) else name)
+            for suffix in (".yml", ".yaml")
+            for name in sorted(n for n in names if n.endswith(suffix))
+        ]
         if not found:
             problems.add(Mark(self.shown(labs_dir)), "no lab manifests (labs/*.yml) found")
         manifests: list[Manifest] = []
         stems: dict[str, str] = {}
         labs_shown = self.shown(labs_dir)
+        labs_path = str(labs_dir)
         # A manifest that is no link, in a labs/ inside the project, needs no path resolved.
         labs_inside = os.path.realpath(labs_dir).startswith(self.root_real() + os.sep)
-        for path in found:
-            shown = f"{labs_shown}/{path.name}"
-            if path.stem in stems:
-                problems.add(Mark(shown), f"lab id {path.stem!r} is already used by {stems[path.stem]}")
+        for name, stem in found:
+            shown = f"{labs_shown}/{name}"
+            if stem in stems:
+                problems.add(Mark(shown), f"lab id {stem!r} is already used by {stems[stem]}")
                 continue
-            stems[path.stem] = shown
-            if not re.fullmatch(ID_PATTERN, path.stem):
-                problems.add(Mark(shown), f"lab id {path.stem!r} (the file name) must be lowercase letters, digits and '-'")
+            stems[stem] = shown
+            if not LAB_ID.fullmatch(stem):
+                problems.add(Mark(shown), f"lab id {stem!r} (the file name) must be lowercase letters, digits and '-'")
                 continue
+            file = os.path.join(labs_path, name)
             try:
-                info = os.lstat(path)
+                info = os.lstat(file)
             except OSError:
                 info = None  # read_text says why
             plain = labs_inside and info is not None and not stat.S_ISLNK(info.st_mode)
-            file = str(path)
             if plain and seen is not None and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_PROJECT_FILE_BYTES:
                 key = seen.known("manifest", file, info)
                 if key is not None:
-                    manifests.append(Manifest(shown, path.stem, None, key, file))
+                    manifests.append(Manifest(shown, stem, None, key, file))
                     continue
-            text = self.read_text(path, shown, problems, info=info if plain else None, inside=plain)
+            text = self.read_text(Path(file), shown, problems, info=info if plain else None, inside=plain)
             if text is not None:
-                manifests.append(Manifest(shown, path.stem, text, digest(shown, text), file))
+                manifests.append(Manifest(shown, stem, text, digest(shown, text), file))
                 if plain and seen is not None:
                     seen.learn("manifest", file, info, manifests[-1].key)
         return manifests
@@ -311,19 +331,21 @@ class Workspace:
         # the whole path (slower) only when one of them is a symlink.
         code = self.code_folder()
         real = code
+        info: os.stat_result | None = None
         for part in pure.parts[1:]:
             real = os.path.join(real, part)
             try:
-                linked = stat.S_ISLNK(os.lstat(real).st_mode)
+                info = os.lstat(real)
             except OSError:
                 return f"starter not found: {starter_path}"
-            if linked:
+            if stat.S_ISLNK(info.st_mode):
                 real = os.path.realpath(os.path.join(self.root, starter_path))
+                info = None
                 break
         if not real.startswith(code + os.sep):
             return f"starter path {starter_path!r} leaves code/ through a symlink (to {self.shown(Path(real))})"
         try:
-            info = os.stat(real)
+            info = info or os.stat(real)  # no link on the way: what lstat said of the file is what stat says
         except OSError:
             return f"starter not found: {starter_path}"
         if not stat.S_ISREG(info.st_mode):

@@ -4,16 +4,25 @@ Pure: one formula → a MathML `<math>` element as text, or `MalformedMath` sayi
 (markdown.formulas finds a text's formulas with the same parser the pages use). The manifest schema
 converts every formula once so a bad one is reported at its line; the render stage converts them
 again into the page, so no formula that reaches a page can fail there.
+
+A build keeps each converted formula in its cache folder (`keep_in`), keyed by this module's code
+and the converter's installed files: an edit of a lab whose formulas the last build converted loads
+no converter (latex2mathml and the modules it loads are a tenth of a second).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from functools import lru_cache
-from xml.etree.ElementTree import Element, tostring
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
-from mdit_py_plugins.dollarmath import dollarmath_plugin
+if TYPE_CHECKING:
+    from xml.etree.ElementTree import Element
+
+    from markdown_it import MarkdownIt
 
 
 class MalformedMath(ValueError):
@@ -61,6 +70,8 @@ _TEXT_ESCAPE = re.compile(r"\\([%_$&#])")
 
 def add_math(md: MarkdownIt) -> MarkdownIt:
     """Teach a markdown-it parser `$…$` and `$$…$$`, rendered as MathML; return the parser."""
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
     md.use(
         dollarmath_plugin,
         # Pandoc's rule, so prose about money stays prose: no space just inside the dollars, and
@@ -84,12 +95,64 @@ def _math_rule(display: bool):
     return render
 
 
+KEPT: list[Path] = []
+"""The folder converted formulas are kept in between builds, when a build named one (`keep_in`)."""
+
+FORMAT = "mathml-1"
+"""Version of how a kept formula is stored, part of its key."""
+
+
+def keep_in(folder: Path | None) -> None:
+    """Keep converted formulas in `folder` (None: keep none), for this process and the workers it starts."""
+    KEPT[:] = [folder] if folder is not None else []
+
+
+@lru_cache(maxsize=1)
+def converter_key() -> str:
+    """Identify how a formula is converted: this module's code and the converter's installed files
+    (name, size and mtime of each), found without importing it."""
+    from importlib.util import find_spec
+
+    parts = [FORMAT.encode(), Path(__file__).read_bytes()]
+    spec = find_spec("latex2mathml")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda entry: entry.name):
+                if entry.is_file():
+                    info = entry.stat()
+                    parts.append(f"{entry.name}\0{info.st_size}\0{info.st_mtime_ns}".encode())
+    return hashlib.blake2b(b"\0".join(parts), digest_size=16).hexdigest()
+
+
 @lru_cache(maxsize=4096)  # validation converts every formula, then rendering asks for it again
 def to_mathml(latex: str, *, display: bool) -> str:
     """Convert one formula to a MathML `<math>` element; raise MalformedMath if it is not sound TeX."""
     if problem := brace_problem(latex):
         raise MalformedMath(problem)
-    # deferred: the converter loads ~40 ms of modules (its symbol table, xml.sax), and prose with no formula needs none
+    if not KEPT:
+        return converted(latex, display)
+    key = hashlib.blake2b(f"{converter_key()}\0{display}\0{latex}".encode(), digest_size=16).hexdigest()
+    path = KEPT[0] / key[:2] / f"{key}.html"
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    mathml = converted(latex, display)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.write_text(mathml, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next build a conversion
+    return mathml
+
+
+def converted(latex: str, display: bool) -> str:
+    """Convert one formula whose braces pair up (see to_mathml)."""
+    # deferred: the converter loads ~0.1 s of modules (its symbol table, xml.sax, importlib.metadata), and prose with no formula needs none
+    from xml.etree.ElementTree import tostring
+
     from latex2mathml.converter import convert_to_element
     from latex2mathml.tokenizer import tokenize
 

@@ -14,8 +14,6 @@ from infralens.build import build
 from infralens.project import workspace
 from infralens.project.workspace import Workspace
 
-pytestmark = pytest.mark.cli
-
 STARTER = "code/lab-01-sample/kv.py"
 MANIFEST = "labs/lab-01-sample.yml"
 
@@ -45,6 +43,7 @@ def site(sample_site: Path, tmp_path: Path) -> Workspace:
     return Workspace.open(sample_site / "site.yml", tmp_path / "out", tmp_path / "cache")
 
 
+@pytest.mark.cli
 def test_a_file_as_the_last_build_read_it_is_not_read_again(site: Workspace, reads: list[str], trusted: None) -> None:
     build(site)
     first = set(reads)
@@ -60,6 +59,7 @@ def test_a_file_as_the_last_build_read_it_is_not_read_again(site: Workspace, rea
     assert "# K and V, edited" in (site.out / STARTER).read_text()
 
 
+@pytest.mark.cli
 def test_files_too_young_to_trust_are_read_again(site: Workspace, reads: list[str]) -> None:
     build(site)  # the sample site was just written: every stamp is within RACY_NS of the build
     first = set(reads)
@@ -68,6 +68,7 @@ def test_files_too_young_to_trust_are_read_again(site: Workspace, reads: list[st
     assert set(reads) == first and STARTER in first
 
 
+@pytest.mark.cli
 def test_an_edit_that_keeps_size_and_mtime_is_read(site: Workspace, reads: list[str], trusted: None) -> None:
     build(site)
     starter = site.root / STARTER
@@ -84,6 +85,7 @@ def test_an_edit_that_keeps_size_and_mtime_is_read(site: Workspace, reads: list[
     assert "vector per KV HEAD" in (site.out / f"{STARTER}.html").read_text()
 
 
+@pytest.mark.cli
 def test_a_manifest_edit_is_read_and_shown(site: Workspace, reads: list[str], trusted: None) -> None:
     build(site)
     manifest = site.root / MANIFEST
@@ -94,9 +96,24 @@ def test_a_manifest_edit_is_read_and_shown(site: Workspace, reads: list[str], tr
     assert "Renamed KV bytes" in (site.out / "labs/lab-02-notes/index.html").read_text()
 
 
+@pytest.mark.cli
 def test_a_full_build_reads_everything(site: Workspace, reads: list[str], trusted: None) -> None:
     build(site)
     first = set(reads)
     reads.clear()
     build(site, full=True)
     assert set(reads) == first
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("parts", [(), ("",), ("ab", "c"), ("a", "bc"), ("é\u2028x", "\0"), ("a", b"b\xff"), (b"",), ("x" * 70000, "y")])
+def test_a_digest_hashes_each_part_followed_by_a_nul(parts: tuple) -> None:
+    import hashlib
+
+    from infralens.project.workspace import digest
+
+    hasher = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hasher.update((part.encode() if isinstance(part, str) else part) + b"\0")
+    assert digest(*parts) == hasher.hexdigest()
+    assert digest("ab", "c") != digest("a", "bc")

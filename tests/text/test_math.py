@@ -290,3 +290,49 @@ def test_a_page_with_math_has_no_axe_violations(open_tab) -> None:
     result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
     assert [v["id"] for v in result["violations"]] == []
     assert tab.errors == []
+
+
+KEPT_PROBE = """\
+import sys
+from pathlib import Path
+from infralens.text import mathml
+mathml.keep_in(Path(sys.argv[1]))
+print(mathml.to_mathml(r"\\frac{a}{b} + \\sum_i x_i", display=True))
+print("converter loaded" if "latex2mathml" in sys.modules else "converter not loaded")
+"""
+
+
+@pytest.mark.cli
+def test_a_formula_converted_before_is_read_back_without_the_converter(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def convert() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", KEPT_PROBE, str(tmp_path / "kept")], capture_output=True, text=True, check=True)
+        return done.stdout.splitlines()
+
+    first, second = convert(), convert()
+    assert first[1] == "converter loaded" and second[1] == "converter not loaded"
+    assert first[0] == second[0] == to_mathml(r"\frac{a}{b} + \sum_i x_i", display=True)
+    assert len(list((tmp_path / "kept").rglob("*.html"))) == 1
+
+
+@pytest.mark.unit
+def test_kept_formulas_are_kept_per_formula_and_mode_and_bad_ones_still_fail(tmp_path: Path) -> None:
+    from infralens.text import mathml
+
+    to_mathml.cache_clear()
+    mathml.keep_in(tmp_path)
+    try:
+        inline, block = to_mathml("x^2", display=False), to_mathml("x^2", display=True)
+        assert inline != block and 'display="block"' in block
+        assert len(list(tmp_path.rglob("*.html"))) == 2
+        with pytest.raises(MalformedMath, match="double superscript"):
+            to_mathml("x^2^3", display=False)
+        assert len(list(tmp_path.rglob("*.html"))) == 2
+        (tmp_path / "blocked").write_text("a file where the folder would go")
+        mathml.keep_in(tmp_path / "blocked")
+        assert to_mathml("y_1", display=False).startswith("<math")  # a cache that cannot be written costs a conversion, no more
+    finally:
+        mathml.keep_in(None)
+        to_mathml.cache_clear()
