@@ -306,7 +306,7 @@ class Workspace:
         assert text is not None
         return text
 
-    def starter_file(self, starter_path: str) -> tuple[Path, os.stat_result] | str:
+    def starter_file(self, starter_path: str) -> tuple[str, os.stat_result] | str:
         """Return a starter's real path and its stat, or why it is not an allowed starter path."""
         pure = PurePosixPath(starter_path)
         if pure.is_absolute() or "\\" in starter_path:
@@ -350,7 +350,7 @@ class Workspace:
             return f"starter not found: {starter_path}"
         if not stat.S_ISREG(info.st_mode):
             return f"starter {starter_path!r} is not a file"
-        return Path(real), info
+        return real, info
 
     def code_inside(self) -> bool:
         """Whether code/, links resolved, is inside the project (a link may take it elsewhere)."""
@@ -376,18 +376,18 @@ class Workspace:
             return None
         inside = self.code_inside()
         if seen is not None and inside:
-            known = seen.known("starter", str(real), info)
+            known = seen.known("starter", real, info)
             if known is not None:
                 return None, known
         # Its path is real, and inside code/: inside the project when code/ is.
-        text = self.read_text(real, starter_path, problems, mark, info=info, inside=inside)
+        text = self.read_text(Path(real), starter_path, problems, mark, info=info, inside=inside)
         if text is None:
             return None
         # A UTF-8 byte-order mark is valid Python but not text ast.parse takes; it holds no line.
         text = text.removeprefix("\ufeff")
         text_digest = digest(text)
         if seen is not None and inside:
-            seen.learn("starter", str(real), info, text_digest)
+            seen.learn("starter", real, info, text_digest)
         return text, text_digest
 
     def starter_text(self, starter_path: str) -> str:
