@@ -61,7 +61,11 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
         try:
             session = session or Session()
             summary, stamped = _build(ws, strict=strict, full=full, session=session, started=started, started_ns=started_ns)
-            if not session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
+            if session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
+                pass
+            elif stamped is None:  # a file it read was too young to trust: so is a record
+                unchanged.forget(ws.site_file, ws.out, ws.cache, strict)
+            else:
                 inputs, outputs = stamped()
                 unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
             return summary
@@ -70,9 +74,10 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
             raise InputError([Problem(Mark(str(where)), f"cannot write the site: {exc.strerror or exc}")]) from None
 
 
-def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float, started_ns: int) -> tuple[BuildSummary, Callable[[], tuple[Iterator[str], Iterator[str]]]]:
+def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", started: float, started_ns: int) -> tuple[BuildSummary, Callable[[], tuple[Iterator[str], Iterator[str]]] | None]:
     """Build; return the summary, and how to list the paths the build was made from and those it
-    left (for `unchanged`: the next build that finds them all as they were has nothing to do)."""
+    left (for `unchanged`: the next build that finds them all as they were has nothing to do), or
+    None when a file it read was too young to trust its stamp."""
     state = session.state_for(ws)
     if full:  # nothing remembered: every starter's run key is hashed again too
         session.run_keys.clear()
@@ -129,6 +134,8 @@ def _build(ws: Workspace, *, strict: bool, full: bool, session: "Session", start
         session.save_state(ws, state)
     html = sum(path.endswith(".html") for path in written)
     summary = BuildSummary(labs=len(units), rendered=len(outcomes), pages=html, files=len(written) - html, removed=len(removed), seconds=time.perf_counter() - started, out_dir=ws.out)
+    if seen.young:
+        return summary, None
     return summary, lambda: (made_from(ws, read, units, session), left(ws, produced, session))
 
 

@@ -23,7 +23,7 @@ from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt, KeyBlock, Published
 from infralens.model.run import RunResult
 from infralens.model.starter import Starter
-from infralens.text.python import string_lines, syntax_tree
+from infralens.text.python import string_lines, syntax_facts, syntax_tree
 from infralens.text.regions import region_markers
 from infralens.text.source import SourceFile
 
@@ -92,16 +92,11 @@ def _is_main_guard(statement: ast.stmt) -> bool:
     )
 
 
-def needs_its_file(tree: ast.Module) -> bool:
+def needs_its_file(text: str) -> bool:
     """Whether the starter starts processes that import it by its file (multiprocessing's spawn,
     or its own `__file__`), which a notebook's cells are not."""
-    for node in ast.walk(tree):
-        kind = type(node)
-        if kind is ast.Name and node.id == "__file__" or kind is ast.Attribute and node.attr == "spawn":  # type: ignore[attr-defined]
-            return True
-        if kind is ast.Constant and node.value == "spawn":  # type: ignore[attr-defined]
-            return True
-    return False
+    facts = syntax_facts(text)
+    return facts is not None and facts.names_its_file
 
 
 def _code(lines: list[str], piece: Piece, script: str, hidden: set[int], inside_strings: frozenset[int]) -> str:
@@ -151,7 +146,7 @@ def notebook(lab: Lab, starter: Starter, text: str, blocks: tuple[KeyBlock, ...]
     title = f"# Lab {lab.number:02d}: {lab.title}\n\n`{starter.path}`: {starter.role}"
     intro = f"{title}\n\n{docstring}\n\n*Generated from the starter by `infralens build`; the starter file is the source of truth. Run the cells in order.*"
     cells = [markdown_cell(1, intro.replace("\n\n\n", "\n\n"))]
-    by_file = needs_its_file(tree)
+    by_file = needs_its_file(text)
     hidden = {marker.line for marker in region_markers(starter.path, text)}
     for piece in cut:
         for block in sorted((b for b in blocks if piece.first <= b.first <= piece.last), key=lambda b: b.first):

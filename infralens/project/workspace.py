@@ -131,6 +131,8 @@ class Seen:
     """When this build started, by the clock file stamps are read against."""
     now: dict[tuple[str, str], tuple[FileStamp, str]] = field(default_factory=dict)
     """What this build read, for the next."""
+    young: bool = False
+    """Whether a file read was too young to keep: no record of this build can be trusted either."""
 
     @staticmethod
     def stamp(info: os.stat_result) -> FileStamp:
@@ -149,6 +151,8 @@ class Seen:
         recent = self.started_ns - RACY_NS
         if info.st_mtime_ns < recent and info.st_ctime_ns < recent:
             self.now[kind, path] = (self.stamp(info), value)
+        else:
+            self.young = True
 
 
 @dataclass(kw_only=True)

@@ -7,6 +7,7 @@ tokenized again by a later build, check or serve.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import hashlib
 import io
@@ -123,7 +124,15 @@ _MAGIC_METHODS = frozenset(
 _MAGIC_METHODS -= _MAGIC_VARIABLES
 
 
-def python_runs(text: str) -> list[tuple[str, str]] | None:
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def python_runs(text: str, *, fragment: bool = False) -> list[tuple[str, str]] | None:
     """Return Python source as (kind, text) runs, or None if it cannot tokenize it.
 
     The kinds Pygments gives (keywords, builtins, defined, imported and magic names, decorators,
@@ -133,7 +142,10 @@ def python_runs(text: str) -> list[tuple[str, str]] | None:
     cold build) only what does not parse; Pygments stays for every other language and for a file
     that does not tokenize (an unterminated string, say).
     """
-    tokens = scanned_tokens(text) if syntax_tree(text) is not None else None
+    # A fragment (an f-string's replacement field) is parsed on its own: through the shared cache
+    # of syntax trees it would push out the whole file's, which the regions and notebook read next.
+    parses = _parses(text) if fragment else syntax_tree(text) is not None
+    tokens = scanned_tokens(text) if parses else None
     if tokens is None:
         try:
             tokens = list(tokenized(text))
@@ -299,7 +311,7 @@ def fstring_runs(token: str) -> list[tuple[str, str]]:
         runs.append(("s", token[at : i + 1]))
         end = _field_end(token, i + 1)
         expression = token[i + 1 : end]
-        runs += python_runs(expression) or [("", expression)]
+        runs += python_runs(expression, fragment=True) or [("", expression)]
         close = _matching_brace(token, end)
         runs.append(("s", token[end:close]))
         at = i = close
