@@ -28,8 +28,10 @@ from infralens.urls import href, lab_url, source_url
 FORMAT = 2
 """Version of the index layout, checked by search.js."""
 
-CHUNK_LABS = 64
-"""Labs per chunk of the index: an edit rewrites the chunk of its lab, not the whole index."""
+CHUNK_LABS = 32
+"""Labs per chunk of the index: an edit rewrites the chunk of its lab, not the whole index (at
+1,000 labs, 32 chunks of ~250 kB; merging a chunk's labs again is most of a one-lab edit's search
+work, and search.js loads every chunk at the first query either way)."""
 
 SNIPPET = 160
 """Longest snippet a result shows, in characters."""
@@ -239,16 +241,18 @@ class Partial:
 
 
 def lab_partial(site: Site, resolved: ResolvedLab, texts: tuple[str, ...]) -> Partial:
-    """Return one lab's documents with their token weights."""
+    """Return one lab's documents with their token weights; the documents keep what a result shows,
+    not the texts they were found by (their weights hold those: the build keeps every lab's
+    partial, and an edit reads its chunk's partials back)."""
     docs = lab_documents(site, resolved, texts)
-    return Partial(docs, tuple(token_weights(doc) for doc in docs))
+    return Partial(tuple(Document(title=doc.title, crumb=doc.crumb, url=doc.url, snippet=doc.snippet, fields=()) for doc in docs), tuple(token_weights(doc) for doc in docs))
 
 
 def postings(partials: Iterable[Partial], docs: list[Document]) -> dict[str, list[str]]:
     """Map each token to its postings, "document id,weight" each, ids ascending.
 
     Appends every document to `docs` as it goes, so partials can be read one at a time. The pairs
-    are text already: a chunk of 64 labs has some 40,000 of them, and they are only ever written out.
+    are text already: a chunk of 32 labs has some 20,000 of them, and they are only ever written out.
     """
     index: dict[str, list[str]] = {}
     for lab in partials:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from multiprocessing import get_context
 from typing import Callable, Iterator
 
 from infralens.errors import InputError, Mark, Problem
@@ -40,9 +39,10 @@ def pool_map(function, items: list, jobs: int, setup: Callable[[], None] | None)
     to the group, the OOM killer) cannot leave the build waiting on a lock it held, as
     multiprocessing's Pool and ProcessPoolExecutor can; stopping kills the workers outright.
     """
-    from multiprocessing.connection import (
-        wait,  # deferred: only a build big enough for a pool needs it
-    )
+    # deferred: only a build big enough for a pool needs multiprocessing (and the socket, selectors
+    # and pickle machinery it loads); a one-lab edit renders in this process
+    from multiprocessing import get_context
+    from multiprocessing.connection import wait
 
     fork = get_context("fork")
     # Workers are forked with Ctrl-C and SIGTERM held back, until start_worker has replaced the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Literal, get_args
 
@@ -254,9 +255,9 @@ class LabCard:
     questions: int = 0
     """How many questions the lab asks: the index and the navigation show the reader's score of them."""
     shown: str = ""
-    """Everything on the card but where in its manifest each part was written (the marks): what
-    the index is made from, so an edit of a lab's other prose, which moves the marks below it,
-    leaves the index as it is."""
+    """A hash of everything on the card but where in its manifest each part was written (the
+    marks): what the index is keyed by, so an edit of a lab's other prose, which moves the marks
+    below it, leaves the index as it is. A hash, not the text: the build state keeps every card."""
 
 
 def card_of(lab: Lab) -> LabCard:
@@ -265,7 +266,7 @@ def card_of(lab: Lab) -> LabCard:
         id=lab.id, path=lab.path, number=lab.number, title=lab.title, track=lab.track, summary=lab.summary, topic=lab.topic, concrete=lab.concrete, kind=lab.kind,
         starters=lab.starters, number_mark=lab.number_mark, track_mark=lab.track_mark, questions=len(lab.questions),
     )
-    return replace(card, shown=repr(unmarked(card)))
+    return replace(card, shown=hashlib.blake2b(repr(unmarked(card)).encode(), digest_size=16).hexdigest())
 
 
 def unmarked(value: object) -> object:
