@@ -61,13 +61,12 @@ def build(ws: Workspace, *, strict: bool = False, full: bool = False, session: "
         try:
             session = session or Session()
             summary, stamped = _build(ws, strict=strict, full=full, session=session, started=started, started_ns=started_ns)
-            if session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
-                pass
-            elif stamped is None:  # a file it read was too young to trust: so is a record
-                unchanged.forget(ws.site_file, ws.out, ws.cache, strict)
-            else:
-                inputs, outputs = stamped()
-                unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
+            if not session.keep_state:  # a long-lived `serve` keeps its state in memory, not on disk
+                if stamped is None:  # a file it read was too young to trust: so is a record
+                    unchanged.forget(ws.site_file, ws.out, ws.cache, strict)
+                else:
+                    inputs, outputs = stamped()
+                    unchanged.remember(ws.site_file, ws.out, ws.cache, strict, summary.labs, inputs, outputs, started_ns)
             return summary
         except OSError as exc:  # output/ or its parent cannot be written: a problem of the input, said as one
             where = exc.filename or str(ws.out)

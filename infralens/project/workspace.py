@@ -71,9 +71,10 @@ STARTER_SUFFIXES = frozenset(
 or .xml file there would be a page of the site that runs whatever script it holds."""
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]")
+"""The characters a starter path may use: the site serves it at that path and links to it by name."""
 
 LAB_ID = re.compile(ID_PATTERN)
-"""The characters a starter path may use: the site serves it at that path and links to it by name."""
+"""What a manifest's file name (its lab id) must be."""
 
 
 def packaged_theme() -> Path:
