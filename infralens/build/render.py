@@ -36,7 +36,7 @@ from infralens.model.resolved import KeyBlock, ResolvedLab
 from infralens.model.run import RunResult, first_runs
 from infralens.model.site import Site
 from infralens.model.starter import Starter
-from infralens.text.markdown import parser, render_block
+from infralens.text.markdown import parser, render_block, render_inline
 from infralens.text.source import SourceFile
 from infralens.urls import artifact_url, href, lab_url, practice_url, source_url
 
@@ -224,7 +224,7 @@ class Renderer:
         return Markup(render_block(text))
 
     def inline_markdown(self, text: str) -> Markup:
-        return Markup(self.markdown.renderInline(text))
+        return Markup(render_inline(text))
 
     def template(self, name: str, **context) -> str:
         """Render one template, turning template mistakes into errors that name the template line."""

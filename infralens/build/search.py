@@ -94,10 +94,17 @@ def plain_text(markdown: str) -> str:
     """Return the words a reader sees of Markdown prose, parsed as the page parses it: link text
     kept, code and emphasis marks dropped, math read as text (\\times as ×)."""
     # deferred: markdown-it and latex2mathml take ~0.1 s to load, and a build with no lab to index never needs them
-    from infralens.text.markdown import block_tokens
+    from infralens.text.markdown import block_tokens, inline_tokens, one_paragraph
 
+    # One paragraph has the same words parsed either way: the inline tokens are the ones an inline
+    # field's page render parsed (most fields); a block field's are parsed anew, without block rules.
+    return tokens_text((inline_tokens if one_paragraph(markdown) else block_tokens)(markdown)[0])
+
+
+def tokens_text(tokens) -> str:
+    """The words of parsed Markdown (see plain_text), whitespace made single spaces."""
     words: list[str] = []
-    for token in block_tokens(markdown)[0]:
+    for token in tokens:
         if token.type in ("math_block", "fence", "code_block"):
             words.append(_tex_text(token.content) if token.type == "math_block" else token.content)
         for child in token.children or ():

@@ -57,6 +57,38 @@ def render_block(text: str) -> str:
     return md.renderer.render(list(tokens), md.options, dict(env))
 
 
+@lru_cache(maxsize=512)
+def inline_tokens(text: str) -> tuple[tuple[Token, ...], dict]:
+    """Return Markdown text parsed inline (no block rules), with its environment, once per text:
+    a page renders a field inline and its search document reads the same tokens (see
+    `one_paragraph`). Shared: read them, never change them."""
+    env: dict = {}
+    return tuple(parser().parseInline(text, env)), env
+
+
+def render_inline(text: str) -> str:
+    """Return Markdown text rendered inline, as markdown-it's renderInline does."""
+    tokens, env = inline_tokens(text)
+    md = parser()
+    return md.renderer.render(list(tokens), md.options, dict(env))
+
+
+_BLOCK_START = re.compile(r"^ {0,3}(?:[#>*+=_:|\[<$`~\s-]|\d+[.)])", re.MULTILINE)
+"""A line that could open or end a block other than a paragraph (a heading, quote, list, rule,
+setext underline, table, fence, math block, link definition, HTML, indented code): with none, and
+no blank line, the text is one paragraph."""
+
+
+def one_paragraph(text: str) -> bool:
+    """Whether block parsing makes the text one paragraph whose inline tokens are those inline
+    parsing gives (the words a search document takes are then the same either way). Conservative:
+    any line that might start another block, a blank line or a tab says no."""
+    return "\t" not in text and "\r" not in text and not _BLOCK_START.search(text) and not _BLANK_LINE.search(text.strip())
+
+
+_BLANK_LINE = re.compile(r"\n[ ]*\n")
+
+
 def fetched(src: str) -> bool:
     """Say whether an image source would be fetched from the network (a scheme or `//host`), not
     from the site itself or a data: URL."""

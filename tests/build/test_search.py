@@ -220,3 +220,44 @@ def test_an_incremental_build_writes_the_same_index_as_a_cold_one(sample_site: P
 def test_a_file_that_is_neither_python_nor_markdown_gives_what_looks_like_identifiers() -> None:
     source = SourceFile("code/x/run.sh", "export KV_HEADS=8\nrun_model --fast\n", (), "Bash")
     assert starter_names(source.path, source.text) == ([], [], ["export", "KV_HEADS", "run_model", "fast"])
+
+
+def _prose_strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _prose_strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _prose_strings(item)]
+    return []
+
+
+ONE_PARAGRAPH_CASES = [
+    "plain words", "a *b* **c** `d` [e](https://x.org) ![f](g.png) &amp; \\* x", "line one\nline two  \nhard break",
+    "ends with a backslash \\", "  leading spaces", "trailing spaces   ", "math $a_1 + b$ and $$c$$ inline",
+    "x\n   lazy continuation", "3.5 times 2", "a (1) b", "snake_case and __dunder__", "<b>raw</b> html as text",
+    "`code with | pipe`", "a | b", "url https://example.org/x_y", "[ref][missing] and [x]",
+    "***", "a\n---", "1) one", "- a", "# h", "> q", "    code", "a\n\nb", "[x]: https://x.org\n[x]", "$$\nx\n$$",
+    "~~~\nx\n~~~", "a\n| b |", "a\n1. b", "a\n+ b", "tab\there", "a\r\nb",
+]
+
+
+@pytest.mark.unit
+def test_one_paragraph_has_the_same_words_parsed_inline_as_parsed_as_a_block() -> None:
+    """plain_text reads a one-paragraph text from its inline tokens (shared with the page's inline
+    render): for every manifest string of the site and the cases above, wherever `one_paragraph`
+    says so, the words are the block parse's."""
+    import yaml
+
+    from infralens.build.search import tokens_text
+    from infralens.text.markdown import block_tokens, inline_tokens, one_paragraph
+
+    texts = list(ONE_PARAGRAPH_CASES)
+    for manifest in sorted((REPO / "labs").glob("*.yml")):
+        texts += _prose_strings(yaml.safe_load(manifest.read_text(encoding="utf-8")))
+    fast = [text for text in texts if one_paragraph(text)]
+    for text in fast:
+        assert tokens_text(inline_tokens(text)[0]) == tokens_text(block_tokens(text)[0]), repr(text)
+    assert len(fast) > len(texts) // 2  # most prose takes the shared path
+    # every case that might open another block is left to the block parser
+    assert not any(one_paragraph(text) for text in ONE_PARAGRAPH_CASES[ONE_PARAGRAPH_CASES.index("***"):])
