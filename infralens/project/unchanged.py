@@ -67,7 +67,7 @@ def unchanged_labs(site_path: Path, out_dir: Path, cache: Path, strict: bool) ->
     try:
         with open(record_path(site_path, out_dir, cache, strict), "rb") as file:
             labs, paths, stamps = pickle.load(file)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError):
+    except Exception:  # noqa: BLE001 - a damaged record (pickle raises any of a dozen errors on garbage) is no record
         return None
     parent = os.path.dirname(os.path.abspath(out_dir))
     leftover = f".{os.path.basename(os.path.abspath(out_dir))}.new-"

@@ -447,8 +447,8 @@ class Workspace:
         try:
             with open(self.cache_path(kind, key), "rb") as file:
                 value = pickle.load(file)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
-            return None
+        except Exception:  # noqa: BLE001 - a damaged entry (truncated, garbage: pickle then raises
+            return None  # any of a dozen errors, OverflowError and IndexError among them) is a miss
         self._remember(kind, key, value)
         return value
 

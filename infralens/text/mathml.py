@@ -134,7 +134,9 @@ def to_mathml(latex: str, *, display: bool) -> str:
     key = hashlib.blake2b(f"{converter_key()}\0{display}\0{latex}".encode(), digest_size=16).hexdigest()
     path = KEPT[0] / key[:2] / f"{key}.html"
     try:
-        return path.read_text(encoding="utf-8")
+        kept = path.read_text(encoding="utf-8")
+        if kept.startswith("<math") and kept.endswith("</math>"):  # a damaged file (truncated, say) is a miss
+            return kept
     except (OSError, UnicodeDecodeError):
         pass
     mathml = converted(latex, display)

@@ -84,6 +84,32 @@ def test_a_missing_or_unreadable_record_is_no_record(tmp_path: Path, files: list
     target = unchanged.record_path(tmp_path / "site.yml", tmp_path / "output", tmp_path / "cache", False)
     target.write_bytes(b"not a pickle")
     assert holds(tmp_path) is None
+    for garbage in DAMAGED_PICKLES:
+        target.write_bytes(garbage)
+        assert holds(tmp_path) is None
+
+
+DAMAGED_PICKLES = (
+    b"\x80\x04\x95" + (2**64 - 1).to_bytes(8, "little"),  # a frame longer than any machine's: OverflowError
+    b"\x80\x04K\x01)R.",  # an int called: TypeError
+    b"\x80\x04cbuiltins\nnope\n.",  # a name no module has: AttributeError
+    b"\x80\x04h\x05.",  # a memo index never stored: UnpicklingError
+    b"",
+)
+"""Bytes that make pickle.load raise (a cache file truncated or overwritten with garbage): not only
+UnpicklingError."""
+
+
+@pytest.mark.unit
+def test_a_damaged_cache_entry_is_a_miss(tmp_path: Path) -> None:
+    from infralens.project.workspace import Workspace
+
+    ws = Workspace.open(tmp_path / "site.yml", cache_dir=tmp_path / "cache")
+    ws.store("search", "ab" * 16, ("a value",))
+    assert ws.recall("search", "ab" * 16) == ("a value",)
+    for garbage in DAMAGED_PICKLES:
+        ws.cache_path("search", "ab" * 16).write_bytes(garbage)
+        assert ws.recall("search", "ab" * 16) is None, garbage
 
 
 @pytest.mark.cli

@@ -330,6 +330,10 @@ def test_kept_formulas_are_kept_per_formula_and_mode_and_bad_ones_still_fail(tmp
         with pytest.raises(MalformedMath, match="double superscript"):
             to_mathml("x^2^3", display=False)
         assert len(list(tmp_path.rglob("*.html"))) == 2
+        kept = next(tmp_path.rglob("*.html"))
+        kept.write_text(kept.read_text()[:-5])  # damaged: cut short
+        to_mathml.cache_clear()
+        assert to_mathml("x^2", display=False) == inline and to_mathml("x^2", display=True) == block
         (tmp_path / "blocked").write_text("a file where the folder would go")
         mathml.keep_in(tmp_path / "blocked")
         assert to_mathml("y_1", display=False).startswith("<math")  # a cache that cannot be written costs a conversion, no more
