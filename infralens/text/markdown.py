@@ -52,9 +52,7 @@ def block_tokens(text: str) -> tuple[tuple[Token, ...], dict]:
 
 def render_block(text: str) -> str:
     """Return Markdown text rendered as a block (paragraphs, lists, tables, math)."""
-    tokens, env = block_tokens(text)
-    md = parser()
-    return md.renderer.render(list(tokens), md.options, dict(env))
+    return _rendered(*block_tokens(text))
 
 
 @lru_cache(maxsize=512)
@@ -68,7 +66,11 @@ def inline_tokens(text: str) -> tuple[tuple[Token, ...], dict]:
 
 def render_inline(text: str) -> str:
     """Return Markdown text rendered inline, as markdown-it's renderInline does."""
-    tokens, env = inline_tokens(text)
+    return _rendered(*inline_tokens(text))
+
+
+def _rendered(tokens: tuple[Token, ...], env: dict) -> str:
+    """Render shared tokens: a copy of the list and of the environment, never the cached ones."""
     md = parser()
     return md.renderer.render(list(tokens), md.options, dict(env))
 
