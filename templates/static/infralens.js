@@ -102,10 +102,13 @@
     if (!listing || !readerSrc) return;
     const zones = [listing, ...$$(".key-blocks"), $(".bound-notes")].filter(Boolean);
     let asked = false;
+    // Its stylesheet first: the reader draws its panels as soon as it runs, and one drawn before
+    // their styles arrive shows for a moment where it should not (a note's panel beside the note).
     const load = () => {
       if (asked) return;
       asked = true;
-      doc.head.append(el("script", { src: readerSrc }));
+      const run = () => doc.head.append(el("script", { src: readerSrc }));
+      doc.head.append(el("link", { rel: "stylesheet", href: staticSrc + "reader.css", onload: run, onerror: run }));
     };
     const early = (event) => {
       if (window.InfraLensReader) return;

@@ -3,9 +3,7 @@
    code, and the execution-state panel's loader. Uses window.InfraLens (infralens.js). */
 (() => {
   const doc = document, { $, $$, el } = InfraLens;
-  // Its panels' styles sit beside it.
-  const here = doc.currentScript && doc.currentScript.src;
-  if (here) doc.head.append(el("link", { rel: "stylesheet", href: here.replace(/reader\.js([?#].*)?$/, "reader.css") }));
+  // Its panels' styles (reader.css) are in the page before it runs: infralens.js loads them first.
 
   /* The reader. A selection is a key block (#kb-name, lab pages) or lines (#L12, #L12-L18). */
   // `listing` holds the code: a lab page's excerpt (every step of a walkthrough), or the source view's.

@@ -9,6 +9,7 @@ site: the longest excerpts with the most notes.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from conftest import axe_violations
@@ -116,6 +117,30 @@ def test_selecting_a_note_selects_its_lines_beside_it_and_keeps_the_state_panel(
     assert max(pane["y"], 0) <= box["y"] and box["y"] + box["height"] <= min(pane["y"] + pane["height"], 800)  # in the pane, in sight
     assert page.locator(".kb-panel").is_hidden()  # the note itself is beside the lines
     assert page.locator(f"#{note['id']} .dock").count() == 1  # their state shows in it
+    assert tab.errors == []
+
+
+def test_the_reader_runs_only_once_its_stylesheet_is_in_the_page(open_tab) -> None:
+    """A slow reader.css (a cold cache, a slow disk) never shows the note's own panel beside it: the
+    reader, which un-hides that panel, runs after its styles have come, which hide it side by side."""
+    tab = open_tab(width=1280, height=800)
+
+    def slowly(route) -> None:
+        time.sleep(0.8)
+        route.continue_()
+
+    tab.page.route(re.compile(r"/reader\.css"), slowly)
+    page = tab.goto(PAGES[0])
+    page.evaluate("""() => { window.seenPanel = false;
+      new MutationObserver(() => { const p = document.querySelector('.kb-panel');
+        if (p && getComputedStyle(p).display !== 'none' && !p.hidden) window.seenPanel = true; })
+        .observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
+    note = boxes(page)[5]
+    page.click(f"#{note['id']} .kb-link")
+    page.wait_for_function("window.InfraLensReader === true")
+    expect(page.locator(f"#{note['id']}")).to_have_class(re.compile(r"\bactive\b"))
+    assert page.evaluate("window.seenPanel") is False
+    assert page.locator(".kb-panel").is_hidden()
     assert tab.errors == []
 
 
