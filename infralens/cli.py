@@ -146,9 +146,9 @@ def check(
     lab_width = max((len(lab.id) for lab, _, _ in every), default=10)
 
     def show(result: RunResult) -> None:
-        said = "  (stored result)" if result.cached else f"  {result.reason}" if result.skipped else ""
+        said = "  (stored result)" if result.cached else f"  {result.reason}" if not result.ran else ""
         said += f"  note: {one_line(result.note)}" if result.note else ""
-        click.echo(f"{result.lab:<{lab_width}}  {result.name:<{width}}  {result.status:<7}  {result.seconds:6.2f} s{said}")
+        click.echo(f"{result.lab:<{lab_width}}  {result.name:<{width}}  {result.status:<8}  {result.seconds:6.2f} s{said}")
 
     for path in (json_path, junit_path):
         if path and not path.absolute().parent.is_dir():  # said now, not after every starter has run
@@ -212,7 +212,7 @@ def write_reports(results: list, json_path: Path | None, junit_path: Path | None
 
 def summarize(results: list) -> int:
     """Print each failure at its manifest line with the tail of its output, then the count; return the exit status."""
-    failed = [r for r in results if not r.passed and not r.skipped]
+    failed = [r for r in results if r.ran and not r.passed]
     for result in failed:
         click.echo(f"\n{result.mark}: error: {result.name}: {result.reason}", err=True)
         for mark, reason in result.also:
@@ -220,8 +220,9 @@ def summarize(results: list) -> int:
         tail = result.tail()
         if tail:  # escaped: a starter's output must not send commands to the terminal (ESC sequences)
             click.echo("  | " + "\n  | ".join(one_line(line) for line in tail.split("\n")), err=True)
-    skipped = sum(r.skipped for r in results)
-    click.echo(f"{len(results) - len(failed) - skipped} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
+    skipped, compiled = sum(r.skipped for r in results), sum(r.compiled for r in results)
+    passed = sum(r.passed for r in results)
+    click.echo(f"{passed} passed, {len(failed)} failed" + (f", {compiled} compiled (not run)" if compiled else "") + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
 

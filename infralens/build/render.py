@@ -35,7 +35,8 @@ from infralens.model.lab import KINDS, Lab
 from infralens.model.resolved import KeyBlock, ResolvedLab
 from infralens.model.run import RunResult, first_runs
 from infralens.model.site import Site
-from infralens.model.starter import Starter
+from infralens.model.starter import Starter, command_line
+from infralens.text.languages import language_of
 from infralens.text.markdown import parser, render_block, render_inline
 from infralens.text.source import SourceFile
 from infralens.urls import artifact_url, href, lab_url, practice_url, source_url
@@ -216,6 +217,8 @@ class Renderer:
         self.env.globals["chart_file"] = chart_file
         self.env.globals["notebook_path"] = notebook_path
         self.env.globals["has_notebook"] = has_notebook
+        self.env.globals["command_line"] = command_line
+        self.env.globals["code_language"] = language_of
         self.env.tests["identifier_like"] = identifier_like
         self.env.filters["recorded_in"] = lambda path, runs: runs.get(path)
         self.env.filters["sample_lines"] = sample_lines

@@ -60,29 +60,32 @@ class Machine:
     """What was read from nvidia-smi or the environment and refused, each saying why: the GPU it
     described is left out, and a run that needs one says so."""
 
-    def missing(self, run: RunSpec) -> str | None:
-        """Why a run cannot run here ('needs cuda: …'), or None when it can."""
+    def missing(self, run: RunSpec, torch: bool = True) -> str | None:
+        """Why a run cannot run here ('needs cuda: …'), or None when it can. A cuda run of a Python
+        starter needs a CUDA build of torch too; a compiled CUDA program (`torch=False`) does not."""
         if run.device == "cpu":
             return None
         if not self.gpus:
             why = "CUDA_VISIBLE_DEVICES hides every GPU" if self.hidden else "this machine has no NVIDIA GPU (nvidia-smi lists none)"
             unread = f" ({'; '.join(self.unread)})" if self.unread else ""
             return f"needs cuda: {why}{unread}"
-        if self.cuda is None:
+        if self.cuda is None and torch:
             return f"needs cuda: torch {self.torch} is not a CUDA build"
         largest = max(self.gpus, key=lambda gpu: gpu.memory)
         if largest.memory < run.gpu_bytes:
             return f"needs cuda with {run.gpu_memory} of GPU memory: the largest GPU here has {gib(largest.memory)} ({largest.name})"
         return None
 
-    def hardware(self, device: str) -> str:
-        """The hardware line a run on `device` records: what a reader needs to compare its figures."""
-        software = f"torch {self.torch}, Python {self.python}"
+    def hardware(self, device: str, python: bool = True) -> str:
+        """The hardware line a run on `device` records: what a reader needs to compare its figures.
+        A compiled program's (`python=False`) names no torch or Python: its compiler is on its own line."""
+        software = f"; torch {self.torch}, Python {self.python}" if python else ""
         if device == "cpu" or not self.gpus:
-            return f"CPU {self.cpu}; {software}"
+            return f"CPU {self.cpu}{software}"
         gpu = self.gpus[0]
         more = f" (and {len(self.gpus) - 1} more)" if len(self.gpus) > 1 else ""
-        return f"{gpu.name}, {gib(gpu.memory)}{more}; driver {gpu.driver}, CUDA {self.cuda}; {software}; CPU {self.cpu}"
+        cuda = f", CUDA {self.cuda}" if self.cuda and python else ""
+        return f"{gpu.name}, {gib(gpu.memory)}{more}; driver {gpu.driver}{cuda}{software}; CPU {self.cpu}"
 
 
 def gib(size: int) -> str:

@@ -22,12 +22,14 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from infralens.check.compile import compiler_of
 from infralens.child import RECORDERS
 from infralens.errors import InputError, Mark, Problem
 from infralens.model.record import MAX_ARTIFACT_BYTES, MAX_RECORD_BYTES, field_mark, parse_run
 from infralens.model.run import RunResult
 from infralens.model.starter import RunSpec, Starter
 from infralens.project.commit import atomic_write
+from infralens.text.languages import language_of
 
 _FORMAT = "infralens-run-3"
 
@@ -64,10 +66,15 @@ def folder_stamp(root: Path, starter: Starter) -> tuple:
 
 def run_key(root: Path, starter: Starter, run: RunSpec | None = None) -> str:
     """Hash what one run of a starter (its first, by default) depends on: its folder's files, its
-    run spec (device included), the recorders, Python and the torch and numpy releases."""
+    run spec (device included), the recorders, Python and the torch and numpy releases, and for a
+    compiled starter its compiler's name and version (`g++ 12.2.0`: a new compiler, a new run)."""
     digest = hashlib.sha256()
     folder = (root / starter.path).parent
-    parts = [run_environment(), starter.path, repr(run or starter.run)]
+    spec = run or starter.run
+    parts = [run_environment(), starter.path, repr(spec)]
+    language = language_of(starter.path)
+    if language is not None and language.compiled and spec is not None:
+        parts.append(compiler_of(spec, language).identity)
     for part in parts:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
@@ -86,9 +93,10 @@ def run_environment() -> str:
     """Hash what every run key depends on besides the starter (see run_key): the store's format, the
     recorders, Python's major.minor and the torch and numpy releases.
 
-    Not the build tags, compilers or Python's patch level: a GPU runner's torch 2.13.0+cu128 and a
-    CPU job's 2.13.0+cpu compute a CPU run alike, and results must keep their keys on the machine
-    that merges them (see merge_results). The exact versions are in each result's hardware line.
+    Not the build tags or Python's patch level: a GPU runner's torch 2.13.0+cu128 and a CPU job's
+    2.13.0+cpu compute a CPU run alike, and results must keep their keys on the machine that merges
+    them (see merge_results). The exact versions are in each result's hardware line. A compiled
+    starter's compiler joins its own key (run_key): its program is what that compiler made of it.
     """
     parts = [_FORMAT, recorders_digest(), "Python %d.%d" % sys.version_info[:2], release(installed_version("torch")), release(installed_version("numpy"))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
@@ -354,9 +362,9 @@ def merge_results(store: ResultStore, folders: list[Path], current: dict[str, st
 
     `current` maps each run key of the site now to its starter. A record whose key is not current
     is refused: it was run on another version of the starter (or another Python, torch, tracer).
-    A run that was skipped (its machine lacked the device) never replaces a run that happened, and
-    a run that happened always replaces a skipped one: a CPU shard's "skipped" and a GPU job's
-    "passed" of one cuda run are not a conflict. Two runs of one key that disagree on the status
+    A run that was skipped or only compiled (its machine lacked the device) never replaces a run
+    that happened, and a run that happened always replaces one of those: a CPU shard's "skipped"
+    (or "compiled") and a GPU job's "passed" of one cuda run are not a conflict. Two runs of one key that disagree on the status
     are; the later one (by when it finished) is kept, as a single machine keeps its last run.
     """
     done = Merged([], [], [], [])
@@ -383,9 +391,9 @@ def merge_results(store: ResultStore, folders: list[Path], current: dict[str, st
                 there = store.load(slot.name)
             except InputError:
                 there = None  # a broken stored record: the valid one replaces it
-            if there is not None and not there.skipped and not result.skipped and there.status != result.status:
+            if there is not None and there.ran and result.ran and there.status != result.status:
                 done.conflicts.append(f"{result.name}: {there.status} in the store ({there.finished}), {result.status} in {folder} ({result.finished})")
-            if there is not None and (result.skipped, there.finished) >= (there.skipped, result.finished):
+            if there is not None and (not result.ran, there.finished) >= (not there.ran, result.finished):
                 continue  # what is stored happened (and the record was skipped), or is as new
             staging = store.staging(slot.name)
             try:

@@ -1,11 +1,13 @@
 """Runner: a lab's starters → RunResult values, each run in a scratch folder with a clean environment.
 
 `.py` starters run as scripts; `.md` starters run their fenced python blocks in order in one
-process. Every run is its own process group, killed whole at its timeout.
+process; C++ and CUDA starters are compiled (check/compile.py), then their program runs. Every
+run, and every compile, is its own process group, killed whole at its timeout.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import shutil
@@ -15,8 +17,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from infralens.check.compile import built_with, compiler_of, first_error, first_problem_line, flags_of, missing_compiler
 from infralens.check.devices import Machine, detect_machine
 from infralens.check.process import Running, execute, run_folder, sweep_orphans
 from infralens.check.results import ResultStore, run_key
@@ -28,7 +31,7 @@ from infralens.check.verdicts import (
     run_verdict,
 )
 from infralens.child import PROBE, RUN_MARKDOWN, TRACE_STATE
-from infralens.errors import InputError
+from infralens.errors import InputError, Mark
 from infralens.lab.calculators import probe_digest, starter_probe
 from infralens.lab.resolve import plain_excerpt
 from infralens.lab.state import traced_spans
@@ -37,10 +40,8 @@ from infralens.model.resolved import Excerpt
 from infralens.model.record import KEPT_OUTPUT, MAX_ANSWER_BYTES, MAX_STATE_BYTES, state_problem
 from infralens.model.run import RunResult
 from infralens.model.starter import RunSpec, Starter
+from infralens.text.languages import language_of
 from infralens.text.markdown import python_blocks
-
-Spans = tuple[tuple[int, int], ...]
-
 
 Spans = tuple[tuple[int, int], ...]
 
@@ -68,11 +69,19 @@ def run_starter(
     spec = run or starter.run
     assert spec is not None
     source = (root / starter.path).resolve()
+    language = language_of(starter.path)
+    machine = machine or detect_machine()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
-    # blocks goes in a folder beside it, with the TMPDIR a sandbox gives it.
+    # blocks, and a compiled starter's program, go in a folder beside it, with the TMPDIR a sandbox gives it.
     with run_folder("infralens-run-") as scratch, run_folder("infralens-blocks-") as side:
         Path(side, "tmp").mkdir()
-        if source.suffix == ".md":
+        built = ""
+        if language is not None and language.compiled:
+            made = compiled(lab, starter, spec, source, scratch, side, running, sandbox, machine, text)
+            if isinstance(made, RunResult):
+                return made
+            command, built = [made[0], *spec.args], made[1]
+        elif source.suffix == ".md":
             blocks = Path(side, "blocks.json")
             blocks.write_text(json.dumps(python_blocks(text)), encoding="utf-8")
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *spec.args]
@@ -103,8 +112,48 @@ def run_starter(
         traced=spans,
         **(traced_state(source, text, starter, spans, running, sandbox, printed=stdout.text()) if spans and status == "passed" else {}),
         device=spec.device,
-        hardware=(machine or detect_machine()).hardware(spec.device),
+        hardware=machine.hardware(spec.device, python=not built),
+        built=built,
     )
+
+
+def compiled(
+    lab: Lab, starter: Starter, spec: RunSpec, source: Path, scratch: str, side: str,
+    running: Running | None, sandbox: Sandbox | None, machine: Machine, text: str,
+) -> tuple[str, str] | RunResult:
+    """Compile a C++ or CUDA starter into the run's side folder, under the supervisor and sandbox
+    a run has, within the run's timeout: (its program, what it was built with), or the result of a
+    run that ends there: failed (no compiler, or a compile error, named at the starter's line as
+    the compiler gave it), timed out, or compiled but not run (this machine lacks its device)."""
+    language = language_of(starter.path)
+    assert language is not None and language.compiled
+    compiler, flags = compiler_of(spec, language), flags_of(spec, language)
+    built = built_with(compiler, flags)
+    missing = machine.missing(spec, torch=False)
+    ended = functools.partial(
+        RunResult, lab=lab.id, starter=starter.path, mark=starter.mark, device=spec.device, hardware=machine.hardware(spec.device, python=False), built=built,
+        finished=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    if compiler.path is None:
+        why = missing_compiler(compiler, starter.path)
+        if missing is not None:  # nothing this machine could do with it
+            return ended(status="skipped", seconds=0.0, returncode=None, stdout="", stderr="", reason=f"{missing}; and {why}", built="")
+        return ended(status="failed", seconds=0.0, returncode=None, stdout="", stderr="", reason=why, built="")
+    program = str(Path(side, "tmp", PurePosixPath(starter.path).stem))
+    made = execute([compiler.path, *flags, str(source), "-o", program], scratch, side, spec.timeout, running, sandbox)
+    said = (made.stdout.text() + made.stderr.text()).strip()
+    output = {"stdout": made.stdout.stored(KEPT_OUTPUT), "stderr": made.stderr.stored(KEPT_OUTPUT), "seconds": made.seconds, "returncode": made.returncode}
+    if made.returncode is None:
+        return ended(status="timeout", reason=f"compiling was killed after {spec.timeout:g} s timeout", **output)
+    if made.returncode != 0 or not Path(program).is_file():
+        error = first_error(said, str(source.parent), PurePosixPath(starter.path).parent.as_posix(), {starter.path: text})
+        if error is None:
+            return ended(status="failed", reason=f"does not compile with {compiler.identity}: {first_problem_line(said)}", **output)
+        at = f"{error.path}:{error.line}:{error.column}"
+        return ended(status="failed", reason=f"does not compile with {compiler.identity}: {at}: {error.message}", also=((Mark(error.path, error.line, error.column), error.message),), **output)
+    if missing is not None:
+        return ended(status="compiled", reason=missing, **output)
+    return program, built
 
 
 def image_sizes(folder: Path, names: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
@@ -217,7 +266,8 @@ def run_or_recall(
     text: str,
 ) -> RunResult:
     """Return the stored result of this exact version of the starter's run (its first, by
-    default), or run it and store the result; skip it when `machine` lacks its device.
+    default), or run it and store the result; skip it when `machine` lacks its device (a compiled
+    starter is compiled all the same, and is then 'compiled', not run).
 
     A stored result counts only if it recorded the state of the same lines the page now shows.
     When the lab's calculators mirror the starter, a passed result carries the parity probe's
@@ -230,9 +280,11 @@ def run_or_recall(
     spec = run or starter.run
     assert spec is not None
     machine = machine or detect_machine()
-    missing = machine.missing(spec)
+    language = language_of(starter.path)
+    compiles = language is not None and language.compiled
+    missing = machine.missing(spec, torch=not compiles)
     if store is None:
-        if missing is not None:
+        if missing is not None and not compiles:
             return skipped(lab, starter, spec, missing, machine)
         result = run_starter(lab, starter, root, running=running, sandbox=sandbox, spans=spans, run=spec, machine=machine, text=text)
         return probed(result, lab, root, starter, running, sandbox) if spec is starter.run else result
@@ -241,7 +293,7 @@ def run_or_recall(
         stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
     except InputError:  # a record no run could have left: run again, and the fresh one replaces it
         stored = None
-    happened = stored if stored is not None and not stored.skipped else None
+    happened = stored if stored is not None and stored.ran else None
     if use_cache and happened is not None and happened.traced == spans:
         # The manifest may have moved since; point failures at where the starter is declared now.
         result = replace(happened, lab=lab.id, mark=starter.mark, cached=True)
@@ -252,8 +304,11 @@ def run_or_recall(
                 store.update(key, result)
         return result
     if missing is not None:
-        result = skipped(lab, starter, spec, missing, machine)
-        if happened is None:
+        # A compiled starter is compiled all the same (a broken kernel fails here too), once per version.
+        if compiles and stored is not None and stored.compiled and use_cache:
+            return replace(stored, lab=lab.id, mark=starter.mark, cached=True)
+        result = run_starter(lab, starter, root, running=running, sandbox=sandbox, run=spec, machine=machine, text=text) if compiles else skipped(lab, starter, spec, missing, machine)
+        if happened is None and (running is None or not running.stopping):
             store.save(key, result, store.staging(key))
         return result
     staging = store.staging(key)
@@ -279,7 +334,7 @@ def probed(result: RunResult, lab: Lab, root: Path, starter: Starter, running: R
     and answers as plain JSON; when it cannot answer at all, every calculator gets the reason.
     """
 
-    request = starter_probe(lab, starter.path, result.stdout) if result.passed else None
+    request = starter_probe(lab, starter.path, result.stdout) if result.passed and traceable(starter.path) else None
     if request is None:
         return result
     assert starter.run is not None
@@ -314,6 +369,12 @@ def read_answers(path: Path) -> dict | None:
             if not isinstance(case, dict) or not isinstance(case.get("values"), dict) or not isinstance(case.get("answers"), dict) or not isinstance(case.get("label"), str):
                 return None
     return {"calculators": answers["calculators"]}
+
+
+def traceable(path: str) -> bool:
+    """Whether the tracer can record a starter's execution state: Python, and Markdown's python blocks."""
+    language = language_of(path)
+    return language is not None and language.runner in ("python", "markdown")
 
 
 def runs_of(labs: tuple[Lab, ...], device: str | None = None) -> list[tuple[Lab, Starter, RunSpec]]:
@@ -360,7 +421,8 @@ def run_labs(
     machine = machine or detect_machine(gpus=any(run.device != "cpu" for _, _, run in every))
 
     excerpts = {lab.id: lab_excerpt(lab, texts) for lab in labs}
-    spans = {lab.id: traced_spans(lab, excerpts[lab.id]) if state and excerpts[lab.id] else () for lab in labs}
+    # Execution state is Python's: a compiled starter's lines are never traced.
+    spans = {lab.id: traced_spans(lab, excerpts[lab.id]) if state and excerpts[lab.id] and traceable(lab.previewed) else () for lab in labs}
     running = Running(reaper=reaper)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     done = sweep_orphans(running) if reaper else threading.Event()

@@ -106,7 +106,7 @@ def check_claims(lab: Lab, results: list[RunResult], manifest_text: str) -> list
     line of its excerpt was recorded holding: the first such figure is its reason, each other one
     a failure of its own place in `also`."""
 
-    made = [index for index, result in enumerate(results) if not result.skipped]
+    made = [index for index, result in enumerate(results) if result.ran]
     if not made:
         return results
     output = "\n".join([*(result.stdout for result in results), *(recorded_text(result.state) for result in results)])

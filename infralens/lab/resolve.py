@@ -17,6 +17,7 @@ from infralens.model.resolved import Excerpt, KeyBlock, Part
 from infralens.model.schema import parse_range
 from infralens.model.starter import KeyBlockSpec, Selector
 from infralens.text.highlight import source_file
+from infralens.text.languages import language_of, symbol_languages
 from infralens.text.markdown import outline
 from infralens.text.regions import region_markers
 from infralens.text.source import SourceFile, SourceLine
@@ -33,13 +34,15 @@ def select_lines(source: SourceFile, selector: Selector, problems: Problems) -> 
 
 
 def _region(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Problem:
+    language = language_of(source.path)
+    opening, closing = (language.start_marker, language.end_marker) if language is not None else ("# region", "# endregion")
     stack: list[tuple[str, int]] = []
     spans: list[tuple[int, int]] = []
     names: list[str] = []
     for marker in region_markers(source.path, source.text):
         if marker.end:
             if not stack:
-                return Problem(mark, f"'# endregion' without a matching '# region' in {source.path}", (Note(Mark(source.path, marker.line), "this '# endregion' closes no region"),))
+                return Problem(mark, f"'{closing}' without a matching '{opening}' in {source.path}", (Note(Mark(source.path, marker.line), f"this '{closing}' closes no region"),))
             opened, start = stack.pop()
             if opened == name:
                 spans.append((start + 1, marker.line - 1))
@@ -48,7 +51,7 @@ def _region(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Prob
             names.append(marker.name)
     if stack:
         opened, start = stack[-1]
-        return Problem(mark, f"region {opened!r} is never closed with '# endregion'", (Note(Mark(source.path, start), f"region {opened!r} opens here"),))
+        return Problem(mark, f"region {opened!r} is never closed with '{closing}'", (Note(Mark(source.path, start), f"region {opened!r} opens here"),))
     if not spans:
         known = ", ".join(repr(n) for n in names) or "none"
         return Problem(mark, f"region {name!r} not found in {source.path} (regions there: {known})")
@@ -58,8 +61,12 @@ def _region(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Prob
 
 
 def _symbol(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Problem:
-    if not source.path.endswith(".py"):
-        return Problem(mark, f"symbol selects Python code, but {source.path} is not a .py file")
+    language = language_of(source.path)
+    if language is None or language.grammar is None:
+        kind = f"a {language.name} file" if language is not None else "in no language a symbol can be found in"
+        return Problem(mark, f"symbol selects a definition in {symbol_languages()}, but {source.path} is {kind}; use region or lines")
+    if language.grammar != "python":
+        return _c_symbol(source, name, mark, language.grammar)
     try:
         tree = ast.parse(source.text, filename=source.path)
     except SyntaxError as exc:
@@ -81,6 +88,24 @@ def _symbol(source: SourceFile, name: str, mark: Mark) -> tuple[int, int] | Prob
         scope = node.body
     first = min([node.lineno] + [d.lineno for d in node.decorator_list])
     return first, node.end_lineno or node.lineno
+
+
+def _c_symbol(source: SourceFile, name: str, mark: Mark, grammar: str) -> tuple[int, int] | Problem:
+    """A C++ or CUDA definition by its name or qualified name (`push`, `BoundedQueue::push`)."""
+    from infralens.text.clike import definitions, matching  # deferred: tree-sitter loads only for a C++ or CUDA symbol
+
+    found = definitions(source.text, grammar)
+    hits = matching(found, name)
+    if not hits:
+        return Problem(mark, f"symbol {name!r} not found in {source.path}{did_you_mean(name, sorted({d.name for d in found} | {d.name.rsplit('::', 1)[-1] for d in found}))}")
+    if len(hits) > 1:
+        listed = ", ".join(f"{d.name} ({d.kind}, lines {d.first}-{d.last})" for d in hits)
+        return Problem(
+            mark,
+            f"symbol {name!r} names {len(hits)} definitions in {source.path}: {listed}; select one with lines or a region",
+            tuple(Note(Mark(source.path, d.first), f"{d.name} is defined here") for d in hits),
+        )
+    return hits[0].first, hits[0].last
 
 
 def _line_range(source: SourceFile, value: str, mark: Mark) -> tuple[int, int] | Problem:

@@ -8,8 +8,10 @@ from typing import Literal
 from infralens.errors import Mark
 from infralens.model.starter import Device, Starter
 
-Status = Literal["passed", "failed", "timeout", "skipped"]
-"""How a run ended: skipped when the machine lacks the device it needs."""
+Status = Literal["passed", "failed", "timeout", "skipped", "compiled"]
+"""How a run ended: skipped when the machine lacks the device it needs; compiled when it lacks the
+device but could compile the program (a CUDA starter where nvcc is and no GPU): not run, so never
+passed, yet its code is known to build."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -19,7 +21,8 @@ class RunResult:
     lab: str
     starter: str
     status: Status
-    """'passed', 'failed', 'timeout', or 'skipped' (the machine lacks the device the run needs)."""
+    """'passed', 'failed', 'timeout', 'skipped' (the machine lacks the device the run needs), or
+    'compiled' (it lacks the device, but compiled the program: compiled, not run)."""
     seconds: float
     returncode: int | None
     stdout: str
@@ -54,6 +57,8 @@ class RunResult:
     """The device the run is for (its run spec's); one starter has a result per device."""
     hardware: str = ""
     """What it ran on (see devices.py): CPU model, or GPU, memory, driver and CUDA; torch, Python."""
+    built: str = ""
+    """A compiled starter's compiler, its version and flags ('g++ 12.2.0 -std=c++20 -O2 …'); empty for Python."""
 
     @property
     def passed(self) -> bool:
@@ -62,6 +67,16 @@ class RunResult:
     @property
     def skipped(self) -> bool:
         return self.status == "skipped"
+
+    @property
+    def compiled(self) -> bool:
+        """Compiled, not run: the machine lacks the device its program needs."""
+        return self.status == "compiled"
+
+    @property
+    def ran(self) -> bool:
+        """Whether the starter's program ran here (passed, failed or timed out): it has output to judge."""
+        return self.status not in ("skipped", "compiled")
 
     @property
     def name(self) -> str:

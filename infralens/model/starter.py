@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import yaml
@@ -11,6 +11,7 @@ import yaml
 from infralens.errors import Mark
 from infralens.model.declare import declared, derived, record
 from infralens.model.devices import DEVICES, Device  # noqa: F401  (re-exported: the model names its devices here too)
+from infralens.text.languages import COMPILED_SUFFIXES, RUNNABLE_SUFFIXES, language_of
 from infralens.model.schema import (
     INVALID,
     MARKDOWN,
@@ -36,9 +37,6 @@ from infralens.model.schema import (
 )
 
 DEFAULT_TIMEOUT = 60.0
-
-
-RUNNABLE_SUFFIXES = (".py", ".md")
 
 
 ARTIFACT = Text(
@@ -73,6 +71,15 @@ class RunSpec:
     gpu_memory: str | None = declared(
         Text("Least memory the GPU must have, such as '40 GiB' or '24 GB' (cuda runs only).", pattern=GPU_MEMORY, pattern_hint="a size such as '40 GiB' or '24 GB'")
     )
+    compiler: str | None = declared(Text(
+        "Compiled starters (.cpp, .cc, .cxx, .cu): the compiler, found on PATH (default g++ for C++, nvcc for CUDA).",
+        pattern=r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", pattern_hint="a program name on PATH, such as 'g++', 'clang++' or 'nvcc'",
+    ))
+    flags: tuple[str, ...] | None = declared(ListOf(
+        Text(numbers=True),
+        "Compiled starters: the compiler's flags, before the file and `-o PROGRAM` (default for C++ "
+        "`-std=c++20 -O2 -Wall -Wextra -Werror`; for CUDA `-std=c++20 -O2 -arch=sm_80 -Werror all-warnings`).",
+    ))
 
     @property
     def gpu_bytes(self) -> int:
@@ -122,20 +129,31 @@ class StateSpec(Spec):
 
 
 def _starter(f: Fields, ctx: Context) -> dict:
-    """A .py or .md starter runs unless it says `run: false`; other files only with a reason to
-    refuse. A list of runs runs it once per device, each device once."""
+    """A starter in a language that runs (.py, .md, and the compiled .cpp, .cc, .cxx, .cu) runs
+    unless it says `run: false`; other files only with a reason to refuse. A list of runs runs it
+    once per device, each device once. A CUDA program's run is on cuda unless it says otherwise,
+    which is refused."""
     path, run = f.values["path"], f.values["run"]
+    language = language_of(path)
+    runner = language.runner if language is not None else None
     if "run" not in f.nodes:
-        runs: tuple[RunSpec, ...] = (RunSpec(),) if path.endswith(RUNNABLE_SUFFIXES) else ()
+        runs: tuple[RunSpec, ...] = (RunSpec(device=language.device),) if language is not None and runner else ()
     elif run is False:
         runs = ()
-    elif not path.endswith(RUNNABLE_SUFFIXES):
-        return ctx.error(f.nodes["run"], f"only .py and .md starters can run, not {path!r}")
+    elif runner is None:
+        return ctx.error(f.nodes["run"], f"only starters in {' '.join(RUNNABLE_SUFFIXES)} can run, not {path!r}")
     else:
         runs = run if isinstance(run, tuple) else (run,)
         items = f.nodes["run"].value if isinstance(run, tuple) else [f.nodes["run"]]
+        if language is not None and language.device != "cpu":  # unless it names one, a CUDA program's run is on its device
+            runs = tuple(spec if _names(node, "device") else replace(spec, device=language.device) for spec, node in zip(runs, items))
         seen: set[str] = set()
         for spec, node in zip(runs, items):
+            if runner != "compiled" and (spec.compiler is not None or spec.flags is not None):
+                key = "compiler" if spec.compiler is not None else "flags"
+                return ctx.error(node, f"{key} is for a compiled starter ({' '.join(COMPILED_SUFFIXES)}); {path} runs as it is")
+            if language is not None and spec.device != language.device and language.device != "cpu":
+                return ctx.error(node, f"a {language.name} program runs on {language.device}: remove `device: {spec.device}` (a CPU reference of it is a starter of its own)")
             if spec.device in seen:
                 return ctx.error(node, f"a second run on {spec.device}: a starter runs once per device (give each run its own device)")
             seen.add(spec.device)
@@ -158,7 +176,7 @@ class Starter:
             mapping=record(RunSpec, "run"),
             sequence=ListOf(record(RunSpec, "run"), min_items=1),
             expected="a run mapping, a list of them (one per device) or false",
-            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; a list runs it once per device, each with its own arguments and expect patterns (a cpu run first: the page's figures come from the first); false never runs it.",
+            doc=".py and .md starters run on cpu with no arguments unless this says otherwise; .cpp, .cc and .cxx starters are compiled (g++ -std=c++20 by default) and their program run on cpu, .cu starters compiled with nvcc and run on cuda; a list runs it once per device, each with its own arguments and expect patterns (a cpu run first: the page's figures come from the first); false never runs it.",
         ),
         indexed=False,
     )
@@ -294,6 +312,24 @@ class KeyBlockSpec:
         "(`{name: flops, expr: 2 * N**3, meaning: FLOPs of one matmul}`), shown under the block's values in its "
         "table and the state panel; `check` fails one whose names were not recorded as numbers.", min_items=1,
     ), default=(), indexed=False)
+
+
+def command_line(path: str, spec: RunSpec) -> str:
+    """The command a reader types to run a starter as this run does, from the project's root:
+    `python code/x/y.py --layers 32`, or for a compiled starter its compile then its program,
+    `g++ -std=c++20 … code/x/queue.cpp -o queue && ./queue 4`."""
+    language = language_of(path)
+    args = "".join(f" {arg}" for arg in spec.args)
+    if language is None or not language.compiled:
+        return f"python {path}{args}"
+    program = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    flags = spec.flags if spec.flags is not None else language.flags
+    return " ".join((spec.compiler or language.compiler, *flags, path, "-o", program)) + f" && ./{program}{args}"
+
+
+def _names(node: yaml.Node, key: str) -> bool:
+    """Whether a run mapping writes `key` itself."""
+    return isinstance(node, yaml.MappingNode) and any(isinstance(k, yaml.ScalarNode) and k.value == key for k, _ in node.value)
 
 
 STARTER = record(Starter, "starter", finish=_starter)

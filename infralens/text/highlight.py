@@ -29,7 +29,8 @@ from infralens.text.source import SourceFile, SourceLine
 # get_lexer_for_filename compiles the file-name patterns of every Pygments lexer (~0.4 s per build).
 _ALIASES = {
     ".py": "python", ".md": "markdown", ".yml": "yaml", ".yaml": "yaml", ".json": "json",
-    ".sh": "bash", ".toml": "toml", ".c": "c", ".h": "c", ".cpp": "cpp", ".cu": "cuda", ".txt": "text",
+    ".sh": "bash", ".toml": "toml", ".c": "c", ".h": "cpp", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp",
+    ".hpp": "cpp", ".hh": "cpp", ".cu": "cuda", ".cuh": "cuda", ".txt": "text",
 }
 
 
