@@ -22,14 +22,12 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from infralens.check.compile import compiler_of
 from infralens.child import RECORDERS
 from infralens.errors import InputError, Mark, Problem
 from infralens.model.record import MAX_ARTIFACT_BYTES, MAX_RECORD_BYTES, field_mark, parse_run
 from infralens.model.run import RunResult
 from infralens.model.starter import RunSpec, Starter
 from infralens.project.commit import atomic_write
-from infralens.text.languages import language_of
 
 _FORMAT = "infralens-run-3"
 
@@ -66,15 +64,16 @@ def folder_stamp(root: Path, starter: Starter) -> tuple:
 
 def run_key(root: Path, starter: Starter, run: RunSpec | None = None) -> str:
     """Hash what one run of a starter (its first, by default) depends on: its folder's files, its
-    run spec (device included), the recorders, Python and the torch and numpy releases, and for a
-    compiled starter its compiler's name and version (`g++ 12.2.0`: a new compiler, a new run)."""
+    run spec (device, and a compiled starter's compiler and flags, included), the recorders, Python
+    and the torch and numpy releases.
+
+    Not a compiler's version: a results folder from a GPU machine with nvcc must keep its key on a
+    machine without one that merges and publishes it. The version is in the result (`built`), and
+    `check` runs a compiled starter again when its compiler here is another version (see
+    runner.run_or_recall): a new compiler, a new run."""
     digest = hashlib.sha256()
     folder = (root / starter.path).parent
-    spec = run or starter.run
-    parts = [run_environment(), starter.path, repr(spec)]
-    language = language_of(starter.path)
-    if language is not None and language.compiled and spec is not None:
-        parts.append(compiler_of(spec, language).identity)
+    parts = [run_environment(), starter.path, repr(run or starter.run)]
     for part in parts:
         digest.update(part.encode() + b"\0")
     for path in starter_files(root, starter):
@@ -95,8 +94,8 @@ def run_environment() -> str:
 
     Not the build tags or Python's patch level: a GPU runner's torch 2.13.0+cu128 and a CPU job's
     2.13.0+cpu compute a CPU run alike, and results must keep their keys on the machine that merges
-    them (see merge_results). The exact versions are in each result's hardware line. A compiled
-    starter's compiler joins its own key (run_key): its program is what that compiler made of it.
+    them (see merge_results). The exact versions are in each result's hardware line, and a compiled
+    starter's compiler version in its `built` line (see run_key).
     """
     parts = [_FORMAT, recorders_digest(), "Python %d.%d" % sys.version_info[:2], release(installed_version("torch")), release(installed_version("numpy"))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

@@ -293,6 +293,8 @@ def run_or_recall(
         stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
     except InputError:  # a record no run could have left: run again, and the fresh one replaces it
         stored = None
+    if compiles and stored is not None and stored.built and other_compiler(stored, spec):
+        stored = None  # built by another version of the compiler this machine has: build and run it again
     happened = stored if stored is not None and stored.ran else None
     if use_cache and happened is not None and happened.traced == spans:
         # The manifest may have moved since; point failures at where the starter is declared now.
@@ -369,6 +371,15 @@ def read_answers(path: Path) -> dict | None:
             if not isinstance(case, dict) or not isinstance(case.get("values"), dict) or not isinstance(case.get("answers"), dict) or not isinstance(case.get("label"), str):
                 return None
     return {"calculators": answers["calculators"]}
+
+
+def other_compiler(stored: RunResult, spec: RunSpec) -> bool:
+    """Whether a stored run of a compiled starter was built by another compiler version than the
+    one here (never, where this machine has none: its record stands)."""
+    language = language_of(stored.starter)
+    assert language is not None and language.compiled
+    here = compiler_of(spec, language)
+    return here.path is not None and not stored.built.startswith(here.identity + " ") and stored.built != here.identity
 
 
 def traceable(path: str) -> bool:

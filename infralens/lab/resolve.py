@@ -99,7 +99,7 @@ def _c_symbol(source: SourceFile, name: str, mark: Mark, grammar: str) -> tuple[
     if not hits:
         return Problem(mark, f"symbol {name!r} not found in {source.path}{did_you_mean(name, sorted({d.name for d in found} | {d.name.rsplit('::', 1)[-1] for d in found}))}")
     if len(hits) > 1:
-        listed = ", ".join(f"{d.name} ({d.kind}, lines {d.first}-{d.last})" for d in hits)
+        listed = ", ".join(f"{d.name} ({d.kind}, {f'line {d.first}' if d.first == d.last else f'lines {d.first}-{d.last}'})" for d in hits)
         return Problem(
             mark,
             f"symbol {name!r} names {len(hits)} definitions in {source.path}: {listed}; select one with lines or a region",

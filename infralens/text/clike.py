@@ -116,7 +116,11 @@ def _qualified(scope: str, name: str) -> str:
 
 def matching(found: tuple[Definition, ...], name: str) -> list[Definition]:
     """The definitions a manifest's `symbol: NAME` can mean: its qualified name, or one that ends in
-    `::NAME` (`push` is `BoundedQueue::push` when no other definition has that last part)."""
+    `::NAME` (`push` is `BoundedQueue::push` when no other definition has that last part); a
+    class's name means the class, not its constructors."""
     wanted = _plain(name)
     exact = [d for d in found if d.name == wanted]
-    return exact or [d for d in found if d.name.endswith("::" + wanted)]
+    hits = exact or [d for d in found if d.name.endswith("::" + wanted)]
+    last = wanted.rsplit("::", 1)[-1]
+    # A class's name is also its constructors' (`Ring` and `Ring::Ring`): the name means the class.
+    return [d for d in hits if not any(d.name == other.name + "::" + last for other in hits)]

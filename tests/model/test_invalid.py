@@ -1,4 +1,9 @@
-"""One folder per invalid input under tests/invalid/: the build must print exactly expected.txt."""
+"""One folder per invalid input under tests/invalid/: the build must print exactly expected.txt.
+
+A folder holding a file named `check` is a starter that builds but does not run (a compile error,
+a missing compiler): `infralens check` must fail, and its error lines (stderr without the tail of
+the output, indented `  | `) must be expected.txt, where `{g++}` stands for this machine's g++
+and its version."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, run_infralens
+
+from infralens.check.compile import compiler_identity
 
 pytestmark = pytest.mark.cli
 
@@ -19,6 +26,15 @@ def test_invalid_input_reports_exact_error(case: Path, tmp_path: Path) -> None:
     # A private copy: the build keeps a highlight cache in the site's .infralens/ folder.
     site = tmp_path / case.name
     shutil.copytree(case, site, symlinks=True, ignore=shutil.ignore_patterns(".infralens"))
+    if (case / "check").exists():
+        if shutil.which("g++") is None:
+            pytest.skip("needs g++ (scripts/install-compilers installs it)")
+        result = run_infralens("check", cwd=site)
+        assert result.returncode == 1
+        assert "Traceback" not in result.stderr
+        said = [line for line in result.stderr.splitlines() if line and not line.startswith("  | ")]
+        assert said == (case / "expected.txt").read_text().replace("{g++}", compiler_identity(shutil.which("g++"), "g++")).splitlines()
+        return
     result = run_infralens("build", "--out", str(tmp_path / "output"), cwd=site)
     assert result.returncode == 1
     assert result.stdout == ""
