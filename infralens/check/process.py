@@ -33,9 +33,11 @@ _KEPT_ENV = ("PATH", "SYSTEMROOT", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_S
 _DEVICE_ENV = {"cpu": (), "cuda": ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
 
 
-def clean_env(home: str, device: str = "cpu") -> dict[str, str]:
-    """Return the small, fixed environment starters run with (on `device`)."""
+def clean_env(home: str, device: str = "cpu", extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """Return the small, fixed environment starters run with (on `device`), with the run spec's
+    own variables (`extra`: never one of those set here, which the model refuses)."""
     env = {key: os.environ[key] for key in (*_KEPT_ENV, *_DEVICE_ENV[device]) if key in os.environ}
+    env.update(extra)
     env.update(
         HOME=home,
         LANG="C.UTF-8",
@@ -202,16 +204,18 @@ class Execution:
 
 
 def execute(
-    command: list[str], scratch: str, side: str, timeout: float, running: Running | None, sandbox: Sandbox | None, device: str = "cpu"
+    command: list[str], scratch: str, side: str, timeout: float, running: Running | None, sandbox: Sandbox | None, device: str = "cpu",
+    env: tuple[tuple[str, str], ...] = (),
 ) -> Execution:
     """Run a starter's command in `scratch` under the supervisor (inside the sandbox, if any), at
-    most `timeout` seconds, with what `device` needs, and return how it ended with what it printed."""
+    most `timeout` seconds, with what `device` needs and the run spec's `env`, and return how it
+    ended with what it printed."""
     if sandbox is not None:
         command = sandbox.wrap(command, scratch, str(Path(side, "tmp")), devices=device_files(device))
     started = time.perf_counter()
     options = dict(
         cwd=scratch,
-        env=clean_env(scratch, device),
+        env=clean_env(scratch, device, env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

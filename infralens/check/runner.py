@@ -87,7 +87,7 @@ def run_starter(
             command = [sys.executable, str(RUN_MARKDOWN), str(source), str(blocks), *spec.args]
         else:
             command = [sys.executable, str(source), *spec.args]
-        run = execute(command, scratch, side, spec.timeout, running, sandbox, spec.device)
+        run = execute(command, scratch, side, spec.timeout, running, sandbox, spec.device, spec.env)
         refused = {name: why for name in spec.artifacts if (why := artifact_problem(Path(scratch, name))) is not None}
         written = tuple(name for name in spec.artifacts if name not in refused and Path(scratch, name).exists())
         sizes = image_sizes(Path(scratch), written)
@@ -227,7 +227,7 @@ def record_state(source: Path, text: str, starter: Starter, spans: Spans, runnin
             spec["blocks"] = python_blocks(text)
         Path(side, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         command = [sys.executable, str(TRACE_STATE), str(source), str(Path(side, "spec.json")), *starter.run.args]
-        traced = execute(command, scratch, side, starter.run.timeout, running, sandbox)
+        traced = execute(command, scratch, side, starter.run.timeout, running, sandbox, env=starter.run.env)
         return (read_state(state_file, token), traced.stdout.text()) if traced.returncode == 0 else ("", "")
 
 
@@ -345,7 +345,7 @@ def probed(result: RunResult, lab: Lab, root: Path, starter: Starter, running: R
         Path(side, "tmp").mkdir()
         output = Path(side, "tmp", "answers.json")
         Path(side, "spec.json").write_text(json.dumps({**request, "output": str(output)}), encoding="utf-8")
-        done = execute([sys.executable, str(PROBE), str(source), str(Path(side, "spec.json"))], scratch, side, starter.run.timeout, running, sandbox)
+        done = execute([sys.executable, str(PROBE), str(source), str(Path(side, "spec.json"))], scratch, side, starter.run.timeout, running, sandbox, env=starter.run.env)
         answers = read_answers(output) if done.returncode == 0 else None
     if answers is None:
         last = (done.stderr.text().strip().splitlines() or ["no answers written"])[-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
@@ -54,6 +55,13 @@ GPU_MEMORY = r"([0-9]{1,6}(?:\.[0-9]{1,3})?) ?(" + "|".join(MEMORY_UNITS) + ")"
 """A size in ASCII digits, short enough to be one GPU's memory (a float, never inf)."""
 
 
+ENV_NAME = r"[A-Z_][A-Z0-9_]{0,63}"
+"""An environment variable's name as a run spec writes it: upper case."""
+
+RESERVED_ENV = frozenset("PATH HOME TMPDIR LANG LC_ALL PYTHONHASHSEED PYTHONDONTWRITEBYTECODE PYTHONUNBUFFERED PYTHONIOENCODING CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER".split())
+"""The variables `check` sets or passes through itself: a run spec may not set them (a run's HOME is its folder)."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class RunSpec:
     """How `infralens check` runs the starter."""
@@ -75,6 +83,13 @@ class RunSpec:
         "Compiled starters (.cpp, .cc, .cxx, .cu): the compiler, found on PATH (default g++ for C++, nvcc for CUDA).",
         pattern=r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", pattern_hint="a program name on PATH, such as 'g++', 'clang++' or 'nvcc'",
     ))
+    env: tuple[tuple[str, str], ...] = declared(MappingOf(
+        Text("The variable's value.", numbers=True),
+        "Environment variables set for the run, besides the small fixed environment every run gets "
+        "(`TRITON_INTERPRET: \"1\"` runs Triton kernels on the CPU through Triton's interpreter); "
+        "they join the run's key and its command on the page.",
+        min_items=1, key_pattern=ENV_NAME, key_hint="an environment variable's name, such as 'TRITON_INTERPRET'",
+    ), default=())
     flags: tuple[str, ...] | None = declared(ListOf(
         Text(numbers=True),
         "Compiled starters: the compiler's flags, before the file and `-o PROGRAM` (default for C++ "
@@ -145,6 +160,13 @@ def _starter(f: Fields, ctx: Context) -> dict:
     else:
         runs = run if isinstance(run, tuple) else (run,)
         items = f.nodes["run"].value if isinstance(run, tuple) else [f.nodes["run"]]
+        for spec in runs:
+            reserved = next(((name, at) for name, _, at in spec.env if name in RESERVED_ENV), None)
+            if reserved is not None:
+                ctx.problems.add(reserved[1], f"{reserved[0]} is set by check for every run; a run's env cannot set it")
+                return INVALID
+        # (name, value) pairs: where a variable is written is no part of what the run depends on
+        runs = tuple(replace(spec, env=tuple((name, value) for name, value, *_ in spec.env)) if spec.env else spec for spec in runs)
         if language is not None and language.device != "cpu":  # unless it names one, a CUDA program's run is on its device
             runs = tuple(spec if _names(node, "device") else replace(spec, device=language.device) for spec, node in zip(runs, items))
         seen: set[str] = set()
@@ -321,10 +343,12 @@ def command_line(path: str, spec: RunSpec) -> str:
     language = language_of(path)
     args = "".join(f" {arg}" for arg in spec.args)
     if language is None or not language.compiled:
-        return f"python {path}{args}"
+        env = "".join(f"{name}={shlex.quote(value)} " for name, value in spec.env)
+        return f"{env}python {path}{args}"
     program = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     flags = spec.flags if spec.flags is not None else language.flags
-    return " ".join((spec.compiler or language.compiler, *flags, path, "-o", program)) + f" && ./{program}{args}"
+    env = "".join(f"{name}={shlex.quote(value)} " for name, value in spec.env)
+    return " ".join((spec.compiler or language.compiler, *flags, path, "-o", program)) + f" && {env}./{program}{args}"
 
 
 def _names(node: yaml.Node, key: str) -> bool:

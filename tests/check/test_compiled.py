@@ -235,3 +235,28 @@ def test_a_cuda_starter_without_a_gpu_is_compiled_and_never_passed(tmp_path: Pat
     assert broken.returncode == 1
     errors = [line for line in broken.stderr.splitlines() if ": error: " in line and not line.startswith("  |")]
     assert errors[1].startswith("code/lab-01-c/copy.cu:9:")  # nvcc names the line after the missing ';'
+
+
+@pytest.mark.unit
+def test_a_runs_env_is_set_for_it_and_shown_in_its_command() -> None:
+    from infralens.check.process import clean_env
+    from infralens.model.starter import RunSpec, command_line
+
+    spec = RunSpec(env=(("TRITON_INTERPRET", "1"),), args=("--n", "2"))
+    assert command_line("code/lab-24-t/t.py", spec) == "TRITON_INTERPRET=1 python code/lab-24-t/t.py --n 2"
+    assert command_line("code/lab-22-q/q.cpp", spec).endswith(" -o q && TRITON_INTERPRET=1 ./q --n 2")
+    env = clean_env("/home/x", "cpu", spec.env)
+    assert env["TRITON_INTERPRET"] == "1" and env["HOME"] == "/home/x"
+
+
+@pytest.mark.cli
+def test_a_runs_env_reaches_the_starter_and_a_reserved_name_is_refused(tmp_path: Path) -> None:
+    code = "import os\nprint('interpret', os.environ.get('TRITON_INTERPRET'))\nprint('home set', bool(os.environ.get('HOME')))\n"
+    site = site_with(tmp_path, "env.py", code, "lines: 1-2", "print('interpret'", run="{env: {TRITON_INTERPRET: '1'}, expect: ['interpret 1']}")
+    checked = run_infralens("check", cwd=site)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    manifest = site / "labs/lab-01-c.yml"
+    manifest.write_text(manifest.read_text().replace("{env: {TRITON_INTERPRET: '1'}", "{env: {HOME: /tmp}"))
+    refused = run_infralens("build", cwd=site)
+    assert refused.returncode == 1
+    assert refused.stderr == "labs/lab-01-c.yml:10:17: error: HOME is set by check for every run; a run's env cannot set it\n1 error\n"
