@@ -329,19 +329,20 @@ def schema(out_dir: Path) -> None:
 @click.argument("lab_id")
 @click.option("--track", required=True, help="A track id from site.yml.")
 @click.option("--title", required=True, help="The lab's title.")
+@click.option("--lang", default="python", show_default=True, type=click.Choice(["python", "cpp", "cuda", "triton"]), help="The starter's language: a CUDA lab also gets a Python reference that runs on the CPU.")
 @click.option("--site", "site_path", default="site.yml", show_default=True, type=click.Path(path_type=Path), help="The site's configuration file.")
-def new(lab_id: str, track: str, title: str, site_path: Path) -> None:
-    """Start a lab: write labs/LAB_ID.yml and a starter under code/LAB_ID/ that build and check pass."""
+def new(lab_id: str, track: str, title: str, lang: str, site_path: Path) -> None:
+    """Start a lab: write labs/LAB_ID.yml and its starters under code/LAB_ID/ that build and check pass."""
     # loaded when this command runs (see the note at the top)
     from infralens.scaffold import new_lab
 
     try:
-        made = new_lab(site_path, lab_id, track, title)
+        made = new_lab(site_path, lab_id, track, title, lang)
     except InputError as exc:
         report(exc)
         sys.exit(1)
-    click.echo(f"wrote {made.manifest}\nwrote {made.starter}")
-    click.echo(f"next: edit both, then `infralens build` and `infralens check {lab_id}`")
+    click.echo("\n".join(f"wrote {path}" for path in (made.manifest, *made.starters)))
+    click.echo(f"next: edit {'both' if len(made.starters) == 1 else 'them'}, then `infralens build` and `infralens check {lab_id}`")
 
 
 @main.command()

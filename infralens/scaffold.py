@@ -1,4 +1,4 @@
-"""Scaffold: `infralens new` → a manifest and a starter that build and check pass at once.
+"""Scaffold: `infralens new` → a manifest and its starters (Python, C++, CUDA or Triton) that build and check pass at once.
 
 The skeleton files (infralens/skeleton/*.tmpl, shipped with the package) are a contributor's
 starting point, so they say what to replace and how each part is used; every number the page
@@ -47,34 +47,46 @@ what its own `import argparse` (or the standard library's own imports) would fin
 """
 
 
+LANGUAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    "python": ((".py", "starter.py.tmpl"),),
+    "cpp": ((".cpp", "starter.cpp.tmpl"),),
+    "cuda": ((".py", "starter.py.tmpl"), (".cu", "starter.cu.tmpl")),
+    "triton": ((".py", "starter_triton.py.tmpl"),),
+}
+"""What `new --lang` writes: each starter's suffix and skeleton, in the manifest's order. A CUDA
+lab gets a CPU reference beside its kernel, so its figures come from a run every machine makes;
+the manifest's starters and preview are skeleton/starters.LANG.tmpl."""
+
+
 @dataclass(frozen=True)
 class Scaffold:
-    """The two files `new` wrote."""
+    """The files `new` wrote."""
 
     manifest: Path
-    starter: Path
+    starters: tuple[Path, ...]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What `new` is about to write: two new files, and their text."""
+    """What `new` is about to write: new files, and their text."""
 
     manifest: Path
     manifest_text: str
-    starter: Path
-    starter_text: str
+    starters: tuple[tuple[Path, str], ...]
+    """Each starter's path and text."""
 
 
-def new_lab(site_path: Path, lab_id: str, track: str, title: str) -> Scaffold:
-    """Write a manifest and a starter for a new lab, refusing to overwrite anything."""
+def new_lab(site_path: Path, lab_id: str, track: str, title: str, lang: str = "python") -> Scaffold:
+    """Write a manifest and its starters (in `lang`: python, cpp, cuda or triton) for a new lab,
+    refusing to overwrite anything."""
     with one_new_at_a_time(site_path):
         # Under the lock: a `new` running beside this one cannot take the number in between.
-        plan = plan_lab(site_path, lab_id, track, title)
+        plan = plan_lab(site_path, lab_id, track, title, lang)
         write_lab(plan, site_path.parent)
-    return Scaffold(plan.manifest, plan.starter)
+    return Scaffold(plan.manifest, tuple(path for path, _ in plan.starters))
 
 
-def plan_lab(site_path: Path, lab_id: str, track: str, title: str) -> Plan:
+def plan_lab(site_path: Path, lab_id: str, track: str, title: str, lang: str = "python") -> Plan:
     """Return what `new` would write, or raise InputError with every reason to refuse."""
     root = site_path.parent
     problems = Problems()
@@ -96,9 +108,9 @@ def plan_lab(site_path: Path, lab_id: str, track: str, title: str) -> Plan:
         problems.add(taken.number_mark, f"lab number {number} is already used by {taken.id}")
     manifest = root / "labs" / f"{lab_id}.yml"
     module = starter_module(match.group("slug"))
-    starter = root / "code" / lab_id / f"{module}.py"
+    folder = root / "code" / lab_id
     # The build reads labs/*.yaml too; lexists, as a link to nowhere is in the way as well.
-    for path in (manifest, manifest.with_suffix(".yaml"), starter.parent):
+    for path in (manifest, manifest.with_suffix(".yaml"), folder):
         if os.path.lexists(path):
             problems.add(Mark(str(path.relative_to(root))), "already exists; infralens new never overwrites")
     problems.raise_if_any()
@@ -106,10 +118,13 @@ def plan_lab(site_path: Path, lab_id: str, track: str, title: str) -> Plan:
     # that passed title_problem writes files that build and run.
     in_docstring = title.replace("\\", "\\\\").replace('"', '\\"')
     in_yaml = json.dumps(title, ensure_ascii=False)
-    manifest_text = skeleton("lab.yml.tmpl").format(number=number, title=in_yaml, track=track, lab_id=lab_id, module=module)
+    starters = skeleton(f"starters.{lang}.tmpl").format(lab_id=lab_id, module=module)
+    manifest_text = skeleton("lab.yml.tmpl").format(number=number, title=in_yaml, track=track, lab_id=lab_id, module=module, starters=starters)
     if len(manifest_text.encode("utf-8")) > MAX_PROJECT_FILE_BYTES:
         raise InputError([Problem(Mark("--title"), f"title is {len(title):,} characters long; the build reads no manifest over {MAX_PROJECT_FILE_BYTES:,} bytes")])
-    return Plan(manifest, manifest_text, starter, skeleton("starter.py.tmpl").format(title=in_docstring))
+    # A C++ comment ends at the line's end, and the title is one line: it needs no escaping there.
+    texts = tuple((folder / f"{module}{suffix}", skeleton(name).format(title=in_docstring if suffix == ".py" else title, module=module)) for suffix, name in LANGUAGES[lang])
+    return Plan(manifest, manifest_text, texts)
 
 
 def check_lab_id(lab_id: str, problems: Problems) -> re.Match[str] | None:
@@ -174,15 +189,17 @@ def write_lab(plan: Plan, root: Path) -> None:
     Nothing is overwritten, nor written through a symlink; if a write fails, what this call made
     is removed again and the error names the path.
     """
-    codes = plan.starter.parent.parent
+    codes = plan.starters[0][0].parent.parent
     made: list[Path] = []
     try:
         if not os.path.lexists(codes):
             codes.mkdir()
             made.append(codes)
-        plan.starter.parent.mkdir()
-        made.append(plan.starter.parent)
-        create(plan.starter, plan.starter_text, made)
+        folder = plan.starters[0][0].parent
+        folder.mkdir()
+        made.append(folder)
+        for path, text in plan.starters:
+            create(path, text, made)
         create(plan.manifest, plan.manifest_text, made)
     except OSError as exc:
         for path in reversed(made):

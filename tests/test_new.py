@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,33 @@ def test_new_lab_builds_and_checks_at_once(sample_site: Path) -> None:
     check = run_infralens("check", "lab-15-speculative-decoding", cwd=sample_site)
     assert check.returncode == 0, check.stderr
     assert check.stdout.splitlines()[-1] == "1 passed, 0 failed"
+
+
+@pytest.mark.parametrize(
+    ("lang", "files", "last"),
+    [
+        ("cpp", ["x_lab.cpp"], "1 passed, 0 failed"),
+        ("cuda", ["x_lab.py", "x_lab.cu"], "1 passed, 0 failed, 1 compiled (not run)"),
+        ("triton", ["x_lab.py"], "1 passed, 0 failed, 1 skipped"),
+    ],
+)
+def test_new_in_another_language_builds_and_checks_at_once(sample_site: Path, lang: str, files: list[str], last: str) -> None:
+    if lang in ("cpp", "cuda") and shutil.which("g++") is None:
+        pytest.skip("needs g++ (scripts/install-compilers installs it)")
+    if lang == "cuda" and (shutil.which("nvcc") is None or shutil.which("nvidia-smi") is not None):
+        pytest.skip("the count is of a machine with nvcc and no GPU")
+    result = run_infralens("new", "lab-16-x-lab", "--track", "basics", "--title", f"A {lang} lab: 50% off */", "--lang", lang, cwd=sample_site)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (sample_site / "code/lab-16-x-lab").iterdir()) == sorted(files)
+    assert result.stdout.splitlines()[1:-1] == [f"wrote code/lab-16-x-lab/{name}" for name in files]
+    build = run_infralens("build", cwd=sample_site)
+    assert build.returncode == 0, build.stderr
+    check = run_infralens("check", "lab-16-x-lab", cwd=sample_site)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.splitlines()[-1] == last
+    build = run_infralens("build", cwd=sample_site)  # its questions are answered from the run
+    page = (sample_site / "output/labs/lab-16-x-lab/practice.html").read_text()
+    assert "bytes per token: 131,072" in page
 
 
 def test_new_refuses_to_overwrite(sample_site: Path) -> None:
