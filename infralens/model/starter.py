@@ -12,7 +12,6 @@ import yaml
 from infralens.errors import Mark
 from infralens.model.declare import declared, derived, record
 from infralens.model.devices import DEVICES, Device  # noqa: F401  (re-exported: the model names its devices here too)
-from infralens.text.languages import COMPILED_SUFFIXES, RUNNABLE_SUFFIXES, language_of
 from infralens.model.schema import (
     INVALID,
     MARKDOWN,
@@ -36,6 +35,7 @@ from infralens.model.schema import (
     parse_range,
     scalar_value,
 )
+from infralens.text.languages import COMPILED_SUFFIXES, RUNNABLE_SUFFIXES, language_of
 
 DEFAULT_TIMEOUT = 60.0
 

@@ -84,8 +84,9 @@ COMPILED_SUFFIXES: tuple[str, ...] = tuple(suffix for suffix, language in BY_SUF
 
 
 def language_of(path: str) -> Language | None:
-    """The language of a starter by its suffix (lower-cased), or None for a file shown as it is."""
-    return BY_SUFFIX.get(PurePosixPath(path).suffix.lower())
+    """The language of a starter by its suffix, as written (`notes.MD` is no Markdown starter: a
+    run's meaning never hangs on a file system's case), or None for a file shown as it is."""
+    return BY_SUFFIX.get(PurePosixPath(path).suffix)
 
 
 def symbol_languages() -> str:
