@@ -15,21 +15,24 @@ from conftest import manifest_data
 from infralens.check.runner import run_labs, runs_of
 from infralens.model.run import run_name
 from infralens.model.starter import RUNNABLE_SUFFIXES
+from infralens.text.languages import language_of
 
 pytestmark = pytest.mark.starters
 
 
 def declared_runs() -> list[tuple[str, str]]:
     """(starter, device) of every run the manifests declare, in lab order, read from their YAML so
-    the tests are known at collection: a .py or .md starter runs on cpu unless it says `run: false`,
-    a list of runs runs it once per device. The `results` fixture holds this to the parsed runs."""
+    the tests are known at collection: a starter in a language that runs runs on its language's
+    device (cpu; cuda for a .cu program) unless it says `run: false`, a list of runs runs it once
+    per device. The `results` fixture holds this to the parsed runs."""
     runs = []
     for manifest in manifest_data().values():
         for starter in manifest.get("starters") or []:
             run = starter.get("run")
             if run is False or ("run" not in starter and not starter["path"].endswith(RUNNABLE_SUFFIXES)):
                 continue
-            runs += [(starter["path"], (spec or {}).get("device", "cpu")) for spec in (run if isinstance(run, list) else [run])]
+            device = language_of(starter["path"]).device  # a CUDA program's run is on cuda unless it says otherwise
+            runs += [(starter["path"], (spec or {}).get("device", device)) for spec in (run if isinstance(run, list) else [run])]
     return runs
 
 
@@ -49,4 +52,6 @@ def test_starter_runs_and_says_what_its_page_claims(starter: str, device: str, r
     result = results[starter, device]
     if result.skipped:  # a run on a device this machine lacks: reported, as check reports it, never passed
         pytest.skip(f"{result.name}: {result.reason}")
+    if result.compiled:  # a CUDA program where nvcc is and no GPU: it compiled, and was not run
+        pytest.skip(f"{result.name}: compiled, not run: {result.reason}")
     assert result.passed, f"{result.mark}: error: {result.reason}\n{result.tail()}"
