@@ -260,3 +260,18 @@ def test_a_runs_env_reaches_the_starter_and_a_reserved_name_is_refused(tmp_path:
     refused = run_infralens("build", cwd=site)
     assert refused.returncode == 1
     assert refused.stderr == "labs/lab-01-c.yml:10:17: error: HOME is set by check for every run; a run's env cannot set it\n1 error\n"
+
+
+@pytest.mark.cli
+@pytest.mark.skipif(GPP is None, reason="needs g++ (scripts/install-compilers installs it)")
+def test_a_cpp_starter_compiles_and_runs_inside_the_sandbox(tmp_path: Path) -> None:
+    from infralens.check.sandbox import SandboxUnavailable, open_sandbox
+
+    try:
+        open_sandbox()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    site = site_with(tmp_path, "queue.cpp", QUEUE, "symbol: Ring", "items_[0] = x;", run="{expect: ['pushed 2']}")
+    checked = run_infralens("check", "--sandbox", cwd=site)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[-1] == "1 passed, 0 failed"
