@@ -14,8 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from infralens.model.starter import RunSpec
-from infralens.text.languages import Language
+from infralens.model.starter import CompileStep
 
 INSTALL_HINT = {
     "g++": "Debian's package g++ (scripts/install-compilers installs it)",
@@ -36,16 +35,10 @@ class Compiler:
     """Its name and version as `--version` says it ('g++ 12.2.0', 'nvcc 13.0.88'), or 'missing'."""
 
 
-def flags_of(spec: RunSpec, language: Language) -> tuple[str, ...]:
-    """The flags a run compiles with: its spec's own, else its language's."""
-    return spec.flags if spec.flags is not None else language.flags
-
-
-def compiler_of(spec: RunSpec, language: Language) -> Compiler:
-    """The compiler a run uses (its spec's, else its language's), found on PATH."""
-    name = spec.compiler or language.compiler
-    path = shutil.which(name)
-    return Compiler(name, path, compiler_identity(path, name) if path else "missing")
+def compiler_of(step: CompileStep) -> Compiler:
+    """The compiler a compiled run uses (model.starter.compile_step says which), found on PATH."""
+    path = shutil.which(step.compiler)
+    return Compiler(step.compiler, path, compiler_identity(path, step.compiler) if path else "missing")
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from infralens.check.compile import built_with, compiler_of, first_error, first_problem_line, flags_of, missing_compiler
+from infralens.check.compile import built_with, compiler_of, first_error, first_problem_line, missing_compiler
 from infralens.check.devices import Machine, detect_machine
 from infralens.check.process import Running, execute, run_folder, sweep_orphans
 from infralens.check.results import ResultStore, run_key
@@ -39,7 +39,7 @@ from infralens.model.lab import Lab
 from infralens.model.resolved import Excerpt
 from infralens.model.record import KEPT_OUTPUT, MAX_ANSWER_BYTES, MAX_STATE_BYTES, state_problem
 from infralens.model.run import RunResult
-from infralens.model.starter import RunSpec, Starter
+from infralens.model.starter import CompileStep, RunSpec, Starter, compile_step
 from infralens.text.languages import language_of
 from infralens.text.markdown import python_blocks
 
@@ -69,15 +69,15 @@ def run_starter(
     spec = run or starter.run
     assert spec is not None
     source = (root / starter.path).resolve()
-    language = language_of(starter.path)
+    step = compile_step(starter.path, spec)
     machine = machine or detect_machine()
     # The starter's working folder holds only what it writes; the list of a Markdown starter's
     # blocks, and a compiled starter's program, go in a folder beside it, with the TMPDIR a sandbox gives it.
     with run_folder("infralens-run-") as scratch, run_folder("infralens-blocks-") as side:
         Path(side, "tmp").mkdir()
         built = ""
-        if language is not None and language.compiled:
-            made = compiled(lab, starter, spec, source, scratch, side, running, sandbox, machine, text)
+        if step is not None:
+            made = compiled(lab, starter, spec, step, source, scratch, side, running, sandbox, machine, text)
             if isinstance(made, RunResult):
                 return made
             command, built = [made[0], *spec.args], made[1]
@@ -118,17 +118,15 @@ def run_starter(
 
 
 def compiled(
-    lab: Lab, starter: Starter, spec: RunSpec, source: Path, scratch: str, side: str,
+    lab: Lab, starter: Starter, spec: RunSpec, step: CompileStep, source: Path, scratch: str, side: str,
     running: Running | None, sandbox: Sandbox | None, machine: Machine, text: str,
 ) -> tuple[str, str] | RunResult:
     """Compile a C++ or CUDA starter into the run's side folder, under the supervisor and sandbox
     a run has, within the run's timeout: (its program, what it was built with), or the result of a
     run that ends there: failed (no compiler, or a compile error, named at the starter's line as
     the compiler gave it), timed out, or compiled but not run (this machine lacks its device)."""
-    language = language_of(starter.path)
-    assert language is not None and language.compiled
-    compiler, flags = compiler_of(spec, language), flags_of(spec, language)
-    built = built_with(compiler, flags)
+    compiler = compiler_of(step)
+    built = built_with(compiler, step.flags)
     missing = machine.missing(spec, torch=False)
     ended = functools.partial(
         RunResult, lab=lab.id, starter=starter.path, mark=starter.mark, device=spec.device, hardware=machine.hardware(spec.device, python=False), built=built,
@@ -139,8 +137,8 @@ def compiled(
         if missing is not None:  # nothing this machine could do with it
             return ended(status="skipped", seconds=0.0, returncode=None, stdout="", stderr="", reason=f"{missing}; and {why}", built="")
         return ended(status="failed", seconds=0.0, returncode=None, stdout="", stderr="", reason=why, built="")
-    program = str(Path(side, "tmp", PurePosixPath(starter.path).stem))
-    made = execute([compiler.path, *flags, str(source), "-o", program], scratch, side, spec.timeout, running, sandbox)
+    program = str(Path(side, "tmp", step.program))
+    made = execute([compiler.path, *step.flags, str(source), "-o", program], scratch, side, spec.timeout, running, sandbox)
     said = (made.stdout.text() + made.stderr.text()).strip()
     output = {"stdout": made.stdout.stored(KEPT_OUTPUT), "stderr": made.stderr.stored(KEPT_OUTPUT), "seconds": made.seconds, "returncode": made.returncode}
     if made.returncode is None:
@@ -280,8 +278,8 @@ def run_or_recall(
     spec = run or starter.run
     assert spec is not None
     machine = machine or detect_machine()
-    language = language_of(starter.path)
-    compiles = language is not None and language.compiled
+    step = compile_step(starter.path, spec)
+    compiles = step is not None
     missing = machine.missing(spec, torch=not compiles)
     if store is None:
         if missing is not None and not compiles:
@@ -293,7 +291,7 @@ def run_or_recall(
         stored = store.load(key) if use_cache or missing is not None else None  # --no-cache reads one only to keep it from a skip
     except InputError:  # a record no run could have left: run again, and the fresh one replaces it
         stored = None
-    if compiles and stored is not None and stored.built and other_compiler(stored, spec):
+    if step is not None and stored is not None and stored.built and other_compiler(stored, step):
         stored = None  # built by another version of the compiler this machine has: build and run it again
     happened = stored if stored is not None and stored.ran else None
     if use_cache and happened is not None and happened.traced == spans:
@@ -373,12 +371,10 @@ def read_answers(path: Path) -> dict | None:
     return {"calculators": answers["calculators"]}
 
 
-def other_compiler(stored: RunResult, spec: RunSpec) -> bool:
+def other_compiler(stored: RunResult, step: CompileStep) -> bool:
     """Whether a stored run of a compiled starter was built by another compiler version than the
     one here (never, where this machine has none: its record stands)."""
-    language = language_of(stored.starter)
-    assert language is not None and language.compiled
-    here = compiler_of(spec, language)
+    here = compiler_of(step)
     return here.path is not None and not stored.built.startswith(here.identity + " ") and stored.built != here.identity
 
 

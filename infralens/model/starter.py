@@ -336,19 +336,36 @@ class KeyBlockSpec:
     ), default=(), indexed=False)
 
 
+@dataclass(frozen=True)
+class CompileStep:
+    """How a compiled starter's run builds its program: the run spec's compiler and flags, else
+    its language's, and the program's name (the starter's stem)."""
+
+    compiler: str
+    """As written (looked up on PATH when the run is made): g++, nvcc."""
+    flags: tuple[str, ...]
+    program: str
+
+
+def compile_step(path: str, spec: RunSpec) -> CompileStep | None:
+    """How a run of the starter at `path` is compiled, or None when it runs as it is."""
+    language = language_of(path)
+    if language is None or not language.compiled:
+        return None
+    flags = spec.flags if spec.flags is not None else language.flags
+    return CompileStep(spec.compiler or language.compiler, flags, path.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+
+
 def command_line(path: str, spec: RunSpec) -> str:
     """The command a reader types to run a starter as this run does, from the project's root:
     `python code/x/y.py --layers 32`, or for a compiled starter its compile then its program,
     `g++ -std=c++20 … code/x/queue.cpp -o queue && ./queue 4`."""
-    language = language_of(path)
     args = "".join(f" {arg}" for arg in spec.args)
-    if language is None or not language.compiled:
-        env = "".join(f"{name}={shlex.quote(value)} " for name, value in spec.env)
-        return f"{env}python {path}{args}"
-    program = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    flags = spec.flags if spec.flags is not None else language.flags
     env = "".join(f"{name}={shlex.quote(value)} " for name, value in spec.env)
-    return " ".join((spec.compiler or language.compiler, *flags, path, "-o", program)) + f" && {env}./{program}{args}"
+    step = compile_step(path, spec)
+    if step is None:
+        return f"{env}python {path}{args}"
+    return " ".join((step.compiler, *step.flags, path, "-o", step.program)) + f" && {env}./{step.program}{args}"
 
 
 def _names(node: yaml.Node, key: str) -> bool:
