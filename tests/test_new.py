@@ -50,6 +50,7 @@ def test_new_in_another_language_builds_and_checks_at_once(sample_site: Path, la
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.splitlines()[-1] == last
     build = run_infralens("build", cwd=sample_site)  # its questions are answered from the run
+    assert build.returncode == 0, build.stderr
     page = (sample_site / "output/labs/lab-16-x-lab/practice.html").read_text()
     assert "bytes per token: 131,072" in page
 

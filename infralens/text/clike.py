@@ -101,13 +101,14 @@ def _function_name(node) -> str:
 
 
 def _plain(name: str) -> str:
-    """A name as a manifest writes it: no template arguments, no spaces (`Q<T>::pop` → `Q::pop`)."""
-    while True:
-        shorter = re.sub(r"<[^<>]*>", "", name)
-        if shorter == name:
-            break
-        name = shorter
-    return re.sub(r"\s+", "", name) if not name.startswith("operator") else re.sub(r"\s+", " ", name).replace("operator ", "operator")
+    """A name as a manifest writes it: no template arguments, and a space only between two words
+    (`Q<T>::pop` → `Q::pop`, `operator <` → `operator<`, `operator new` stays). An operator's own
+    symbols (`operator<`, `operator<=>`) are not template arguments."""
+    at = re.search(r"\boperator\b", name)
+    head, tail = (name[: at.start()], name[at.start() :]) if at else (name, "")
+    while (shorter := re.sub(r"<[^<>]*>", "", head)) != head:
+        head = shorter
+    return re.sub(r"(?<!\w) | (?!\w)", "", re.sub(r"\s+", " ", (head + tail).strip()))
 
 
 def _qualified(scope: str, name: str) -> str:
