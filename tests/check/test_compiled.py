@@ -251,6 +251,10 @@ def test_a_runs_env_is_set_for_it_and_shown_in_its_command() -> None:
     assert command_line("code/lab-22-q/q.cpp", spec).endswith(" -o q && TRITON_INTERPRET=1 ./q --n 2")
     env = clean_env("/home/x", "cpu", spec.env)
     assert env["TRITON_INTERPRET"] == "1" and env["HOME"] == "/home/x"
+    # What check sets for every run is what a run spec may not: the model's list follows process.py's.
+    from infralens.model.starter import RESERVED_ENV
+
+    assert set(clean_env("/home/x", "cpu")) - {"SYSTEMROOT", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} <= RESERVED_ENV
 
 
 @pytest.mark.cli
